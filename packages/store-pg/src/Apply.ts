@@ -27,6 +27,7 @@ import { CurrentFence, type Fence as LeaseFence } from "@engram/store"
 import { sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
+import { anyJson } from "./Db.js"
 import type { Conn } from "./Db.js"
 import * as Fence from "./Fence.js"
 import type { HostCache } from "./HostCache.js"
@@ -234,7 +235,7 @@ export const docOf = (plans: readonly Plan.Plan[], fence: LeaseFence | null = nu
 
 /** Locks host rows in id order (`NO KEY UPDATE`, as the apply's `UPDATE` takes them). */
 export const lockHostsSql = (ids: readonly string[]): SQL =>
-  sql`select id from hosts where id in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb)) order by id for no key update`
+  sql`select id from hosts where ${anyJson(sql`id`, ids)} order by id for no key update`
 
 /** Of the plans that took room at a host version: how many were written, and how many refused for that host's change. */
 const versionChecks = (plans: readonly Plan.Plan[], outcomes: readonly { readonly ok: boolean; readonly stale: boolean }[]): [number, number] => {

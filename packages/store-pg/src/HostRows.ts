@@ -12,6 +12,7 @@ import type { Host, HostView } from "@engram/store"
 import { sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
+import { anyJson } from "./Db.js"
 import type { Conn } from "./Db.js"
 
 /** A host with its reserved sums (and, when asked, the count of its parks and descents). */
@@ -54,7 +55,7 @@ export interface HostRowsOptions {
 const idFilter = (column: SQL, ids: readonly string[] | undefined): SQL => {
   if (ids === undefined) return sql`true`
   if (ids.length === 1) return sql`${column} = ${ids[0]}`
-  return sql`${column} in (select jsonb_array_elements_text(${JSON.stringify(ids)}::jsonb))`
+  return anyJson(column, ids)
 }
 
 /**

@@ -10,7 +10,7 @@ import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { maxGroupedReads } from "./Assignments.js"
-import { anyJson, dieOnUnique, inJson } from "./Db.js"
+import { anyJson, dieOnUnique } from "./Db.js"
 import * as FenceSql from "./Fence.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
@@ -203,7 +203,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
           exec
             .select({ id: hosts.id, tokenHash: hosts.tokenHash })
             .from(hosts)
-            .where(sql`${inJson(hosts.id, unique)} and ${hosts.tokenHash} is not null`),
+            .where(sql`${anyJson(hosts.id, unique)} and ${hosts.tokenHash} is not null`),
         ),
         (rows): ReadonlyMap<string, string> => new Map(rows.flatMap((r) => (r.tokenHash === null ? [] : [[r.id, r.tokenHash] as const]))),
       ).pipe(dieOnUnique)

@@ -11,7 +11,7 @@ import type { Candidate, Limits } from "@engram/core"
 import { and, eq, sql } from "drizzle-orm"
 import type { SQL } from "drizzle-orm"
 import { Effect } from "effect"
-import { inJson, RunAgain } from "./Db.js"
+import { anyJson, RunAgain } from "./Db.js"
 import type { Tx } from "./Db.js"
 import { hostRowsSql, readHostRows, toCandidate, toHostRow } from "./HostRows.js"
 import type { MoveRow, SessionRow } from "./Rows.js"
@@ -58,7 +58,7 @@ export const lockHosts = (tx: Tx, ids: readonly string[]) => {
       exec
         .select({ id: hosts.id })
         .from(hosts)
-        .where(sorted.length === 1 ? eq(hosts.id, sorted[0] as string) : inJson(hosts.id, sorted))
+        .where(sorted.length === 1 ? eq(hosts.id, sorted[0] as string) : anyJson(hosts.id, sorted))
         .orderBy(hosts.id)
         .for("no key update"),
     ),

@@ -11,7 +11,7 @@ import type { IllegalTransition, InvalidInput, MoveFilter, PairFilter, Refused, 
 import { and, asc, eq, gte, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
-import { dieOnUnique, inJson, RunAgain } from "./Db.js"
+import { anyJson, dieOnUnique, RunAgain } from "./Db.js"
 import type { DbError, Transient } from "./Db.js"
 import type { Exec, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
@@ -270,7 +270,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
       const unique = [...new Set(ids)]
       if (unique.length === 0) return Effect.succeed([])
       return Effect.map(
-        db.pool.use((exec) => exec.select().from(moves).where(inJson(moves.id, unique))),
+        db.pool.use((exec) => exec.select().from(moves).where(anyJson(moves.id, unique))),
         (rows) => rows.map(toMove),
       ).pipe(dieOnUnique)
     },

@@ -12,7 +12,7 @@ import { and, asc, eq, gt, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import * as Batcher from "./Batcher.js"
-import { dieOnUnique, inJson, RunAgain } from "./Db.js"
+import { anyJson, dieOnUnique, RunAgain } from "./Db.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { readHostRows, toCandidate } from "./HostRows.js"
@@ -217,12 +217,12 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
           const movesSessions =
             moveOwners.length === 0
               ? []
-              : (yield* tx.use((exec) => exec.select({ sessionId: moves.sessionId }).from(moves).where(inJson(moves.id, moveOwners)))).map((m) => m.sessionId)
+              : (yield* tx.use((exec) => exec.select({ sessionId: moves.sessionId }).from(moves).where(anyJson(moves.id, moveOwners)))).map((m) => m.sessionId)
           const sessionIds = [...new Set([...ownerIds("session"), ...movesSessions])].sort()
           const sessionRows =
             sessionIds.length === 0
               ? []
-              : yield* tx.use((exec) => exec.select().from(sessions).where(inJson(sessions.id, sessionIds)).orderBy(sessions.id).for("update"))
+              : yield* tx.use((exec) => exec.select().from(sessions).where(anyJson(sessions.id, sessionIds)).orderBy(sessions.id).for("update"))
           const lockedSessions = new Set(sessionRows.map((r) => r.id))
           const moveRows =
             sessionIds.length + moveOwners.length === 0
@@ -231,7 +231,7 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
                   exec
                     .select()
                     .from(moves)
-                    .where(and(eq(moves.state, "pending"), sql`(${inJson(moves.id, moveOwners)} or ${inJson(moves.sessionId, sessionIds)})`))
+                    .where(and(eq(moves.state, "pending"), sql`(${anyJson(moves.id, moveOwners)} or ${anyJson(moves.sessionId, sessionIds)})`))
                     .orderBy(moves.id)
                     .for("update"),
                 )
@@ -240,7 +240,7 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
             exec
               .select()
               .from(reservations)
-              .where(inJson(reservations.id, suspects.map((e) => e.id)))
+              .where(anyJson(reservations.id, suspects.map((e) => e.id)))
               .orderBy(reservations.id)
               .for("update"),
           )

@@ -20,7 +20,7 @@ import { and, asc, eq, gt, inArray, isNotNull, lte, ne, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import * as Batcher from "./Batcher.js"
-import { dieOnUnique, inJson, retryAfterMs, RunAgain } from "./Db.js"
+import { anyJson, dieOnUnique, retryAfterMs, RunAgain } from "./Db.js"
 import type { Conn, DbError, Transient, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import type { Claimed } from "./HostCache.js"
@@ -523,7 +523,7 @@ export const make = ({ db, limits, park, now, cache, both }: Deps, options: Plac
       const unique = [...new Set(ids)]
       if (unique.length === 0) return Effect.succeed([])
       return Effect.map(
-        db.pool.use((exec) => exec.select().from(sessions).where(inJson(sessions.id, unique))),
+        db.pool.use((exec) => exec.select().from(sessions).where(anyJson(sessions.id, unique))),
         (rows) => rows.map(toSession),
       ).pipe(dieOnUnique)
     },
