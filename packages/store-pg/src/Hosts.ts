@@ -103,7 +103,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
             select * from jsonb_to_recordset(${JSON.stringify(items)}::jsonb)
               as r(id text, t bigint, "totalMib" float8, "allocatableMib" float8, "totalVcpus" bigint, templates jsonb, "peerUrl" text)),
           before as materialized (
-            select ${hostColumns("h", "room")} from ${hosts} h where h.id in (select id from report) order by h.id for no key update)
+            select ${hostColumns("h", "room")} from ${hosts} h where h.id = any(array(select id from report)) order by h.id for no key update)
           update ${hosts} h set total_mib = report."totalMib", allocatable_mib = report."allocatableMib", total_vcpus = report."totalVcpus",
             templates = report.templates, peer_url = report."peerUrl", reported_at = report.t, version = ${hostVersionBump("h.version")}
           from report join before on before.id = report.id

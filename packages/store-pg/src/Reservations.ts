@@ -96,7 +96,7 @@ const renewEntries = <E>(conn: Conn<E>, fence: Fence | null, beats: readonly Ent
       [
         sql`with beat as (select * from jsonb_to_recordset(${JSON.stringify(beats)}::jsonb) as b(id text, t bigint))
         update ${reservations} r set last_heartbeat_at = greatest(r.last_heartbeat_at, beat.t) from beat
-        where r.id = beat.id and r.id in (select id from ${reservations} where id in (select id from beat) order by id for update)
+        where r.id = beat.id and r.id in (select id from ${reservations} where id = any(array(select id from beat)) order by id for update)
         returning ${reservationColumns}`,
       ],
     ),
@@ -120,13 +120,13 @@ const renewHosts = <E>(conn: Conn<E>, fence: Fence | null, beats: readonly HostB
       sql`with beat as (select * from jsonb_to_recordset(${JSON.stringify(beats)}::jsonb) as b("hostId" text, t bigint)),
         renewed as (
           update ${reservations} r set last_heartbeat_at = greatest(r.last_heartbeat_at, beat.t) from beat
-          where r.host_id = beat."hostId" and r.id in (select id from ${reservations} where host_id in (select "hostId" from beat)
-            and owner_kind in (select jsonb_array_elements_text(${JSON.stringify(Ledger.renewedByHost)}::jsonb))
+          where r.host_id = beat."hostId" and r.id in (select id from ${reservations} where host_id = any(array(select "hostId" from beat))
+            and ${anyJson(sql`owner_kind`, Ledger.renewedByHost)}
             order by id for update)
           returning r.host_id
         )
         select h.id as "hostId", (select count(*) from renewed n where n.host_id = h.id)::int as renewed
-        from ${hosts} h where h.id in (select "hostId" from beat)`,
+        from ${hosts} h where h.id = any(array(select "hostId" from beat))`,
     ]),
     (rows) => {
       const renewed = new Map(rows.map((r) => [r["hostId"] as string, Number(r["renewed"])]))

@@ -123,6 +123,26 @@ describe("statements with a list of keys read by index", () => {
     expect(plans.map((p) => p.locks)).toStrictEqual([["hosts_pkey"], ["hosts_pkey"], [], [], [], []])
   })
 
+  it("heartbeats (a host's, a reservation's) and reports: the rows found by host and by id through their indexes, never a scan of the ledger or the fleet", async () => {
+    const beats = async <A>(run: Effect.Effect<A, unknown>): Promise<[A, { query: string; params: unknown[] }[]]> => {
+      sent = []
+      const a = await Effect.runPromise(run)
+      return [a, sent.filter((x) => x.query.includes("jsonb_to_recordset"))]
+    }
+    const [renewed, a] = await beats(store.heartbeatHost("h20"))
+    expect(renewed).toBeGreaterThanOrEqual(0)
+    const [entry, b] = await beats(store.heartbeat("r21"))
+    expect(entry.id).toBe("r21")
+    const [reported, c] = await beats(store.reportHost("h22", { totalMib: 1048576, allocatableMib: 1048576, totalVcpus: 4096 }))
+    expect(reported.id).toBe("h22")
+    const plans = await plansOf([...a, ...b, ...c])
+    expect(plans.map((p) => p.mode)).toStrictEqual(Array(3).fill(["force_custom_plan", "force_generic_plan"]).flat())
+    for (const p of plans) expect({ mode: p.mode, seqScan: p.seqScan }).toStrictEqual({ mode: p.mode, seqScan: [] })
+    expect(plans.slice(0, 2).map((p) => p.indexes.includes("reservations_host_idx"))).toStrictEqual([true, true])
+    expect(plans.slice(2, 4).map((p) => p.indexes.includes("reservations_pkey"))).toStrictEqual([true, true])
+    expect(plans.slice(4).map((p) => p.indexes.includes("hosts_pkey"))).toStrictEqual([true, true])
+  })
+
   it("reclaim: reads and locks sessions, moves, reservations and hosts by key, in id order", async () => {
     const [result, statements] = await keyed(store.reclaim())
     expect(result.reclaimed.map((r) => r.id).sort()).toStrictEqual(["r10", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "rm0"])
