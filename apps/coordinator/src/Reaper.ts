@@ -597,6 +597,10 @@ export const reaperLoopSteps: Effect.Effect<
       kinds.push(kind)
       lastFailure = { step, reason }
     }).pipe(Effect.provideContext(context))
+    // A pass whose failures are all contention or the shared database's own (`sharedFailure`)
+    // ends the streak as a pass without failure does: its database answered this replica (a lock
+    // wait past lock_timeout, a full disk's refusal, statements of it seen waiting there), so its
+    // pool is not the one wedged.
     failedPasses = kinds.length > 0 && !(yield* sharedFailure(kinds, since)) ? failedPasses + 1 : 0
     if (stepDownPasses === 0 || failedPasses < stepDownPasses || leader.stepDown === undefined || !leader.isLeader()) return
     failedPasses = 0

@@ -67,7 +67,7 @@ describe("an operator's commit before the move's final round", () => {
     expect(refused.status).toBe(409)
     expect(refused.body).toMatchObject({ error: "Conflict", entity: "move", id: moveId })
     expect(refused.body.message).toMatch(
-      new RegExp(`the move's source ${src.id} is still sending pre-copy rounds \\(its last report \\d+ s ago, within the 120 s stale window\\); the target holds no complete copy: wait for the final round or abort$`),
+      new RegExp(`the move's source ${src.id} is heard \\(its last report \\d+ s ago, within the 120 s stale window\\) and the move's final round is not recorded yet: the target may hold no complete copy; wait for the final round \\(or the target's own commit\\) or abort$`),
     )
     expect((await admin.get(`/v1/moves/${moveId}`)).body).toMatchObject({ state: "pending" })
     expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "moving", hostId: src.id })

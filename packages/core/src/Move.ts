@@ -186,7 +186,7 @@ export const refuseOperatorCommit = (
   return {
     _tag: "Conflict",
     moveId: m.id,
-    reason: `the move's source ${m.sourceHostId} is still sending pre-copy rounds (its last report ${agoS} s ago, within the ${Math.round(limits.heartbeatStaleWindowMs / 1000)} s stale window); the target holds no complete copy: wait for the final round or abort`,
+    reason: `the move's source ${m.sourceHostId} is heard (its last report ${agoS} s ago, within the ${Math.round(limits.heartbeatStaleWindowMs / 1000)} s stale window) and the move's final round is not recorded yet: the target may hold no complete copy; wait for the final round (or the target's own commit) or abort`,
   }
 }
 

@@ -62,7 +62,7 @@ describe("Move rules (SPEC §5, §12)", () => {
     expect(Move.refuseOperatorCommit(preCopy, { reportedAt: now - 12_000 }, now, Limits.defaults)).toEqual({
       _tag: "Conflict",
       moveId: "m1",
-      reason: "the move's source h1 is still sending pre-copy rounds (its last report 12 s ago, within the 120 s stale window); the target holds no complete copy: wait for the final round or abort",
+      reason: "the move's source h1 is heard (its last report 12 s ago, within the 120 s stale window) and the move's final round is not recorded yet: the target may hold no complete copy; wait for the final round (or the target's own commit) or abort",
     })
     // Exactly the window is still heard (`Placement.isSilent`); past it the source is frozen or dead.
     expect(Move.refuseOperatorCommit(preCopy, { reportedAt: now - windowMs }, now, Limits.defaults)).not.toBeNull()
