@@ -467,8 +467,13 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
        */
       const overBudget = (refusal: { readonly stage: string; readonly estimateMs: number; readonly reason: string }) =>
         Effect.gen(function* () {
-          // Read committed once (before the pause): the post-capture check's refusal is overridden without a read in the pause.
+          // Known committed (read before the pause, or a record refused for it): the refusal is overridden.
           if (goesOn) return true
+          // Never a read with the guest paused (SPEC §5: an overrun after the capture gives the
+          // pause back at once): a move committed meanwhile is found when its abort is refused, and
+          // its target, holding no complete stream, refuses the commit (`noStream`): the copy here
+          // is kept and streamed again (`resend`).
+          if (refusal.stage !== "pre-pause") return false
           if (!withIntent || (intent.heldAtMs === null && !CoreMove.intentRecorded(held))) return false
           const read = yield* retrying(coordinator.getMove(move.id)).pipe(
             Effect.timeoutOrElse({ duration: inPauseRecordFloorMs, orElse: () => Effect.fail(new CoordinatorError({ op: "getMove", status: null, message: `not answered within ${inPauseRecordFloorMs} ms` })) }),
