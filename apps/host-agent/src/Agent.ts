@@ -644,40 +644,52 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* log("descent image removed: its session ended or runs on another host", { sessionId: vmId, imagePath: images.pathFor(vmId) })
       }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent image not removed; tried again on the next pass", { hostId: me, sessionId: vmId, error: String(cause) })))
 
+    /**
+     * A session placed here by a move whose commit this host refused, its stream never complete
+     * here (the coordinator holds the move committed on an operator's word given while the source
+     * was not heard): the guest's memory is in the source's paused copy, which the source streams
+     * again (see README, "The move protocol", step 8). Neither booted afresh nor descended as
+     * lost meanwhile (`what`): the action fails and is tried again. A source that never streams
+     * again (its host lost for good), or a stream this host cannot resume, is waited for
+     * `resendWaitMs` from the note; then the wait ends (`MoveTarget.endWait`, under the move's
+     * lock: its prepares refused from then on) and the session goes on as one whose guest
+     * vanished (booted afresh or descended without an image, its loss told), as before the wait
+     * existed. The note goes once a fresh guest is recorded, or the session leaves this host.
+     */
+    const streamAwaited = (s: AssignedSession, what: string) =>
+      Effect.gen(function* () {
+        const unfinished = s.state === "pending" ? undefined : yield* target.unfinished(s.id)
+        if (unfinished === undefined) return
+        const waitMs = resendWaitMs(staleWindowMs())
+        const waitedMs = (yield* nowMs) - unfinished.notedAt
+        if (waitedMs < waitMs) {
+          yield* Effect.logError(`session placed here by move ${unfinished.moveId}, committed on the coordinator, whose stream never completed here (this host refused its commit): its guest's memory is in the source's paused copy, which the source streams again; not ${what} (for ${Math.ceil((waitMs - waitedMs) / 1000)} s more at most)`, {
+            hostId: me,
+            sessionId: s.id,
+            moveId: unfinished.moveId,
+            state: s.state,
+          })
+          return yield* Effect.fail({ _tag: "MoveStreamIncomplete", message: `session ${s.id}: placed here by move ${unfinished.moveId}, whose stream never completed here; its memory is on the source, not ${what}` })
+        }
+        if (!(yield* target.endWait(s.id, unfinished.moveId))) {
+          return yield* Effect.fail({ _tag: "MoveStreamIncomplete", message: `session ${s.id}: an incoming VM of move ${unfinished.moveId} came first; its stream decides` })
+        }
+        yield* Effect.logError(`session placed here by move ${unfinished.moveId}, whose stream never completed here: no complete stream of it came within ${waitMs} ms (twice the stale window); its memory is lost`, {
+          hostId: me,
+          sessionId: s.id,
+          moveId: unfinished.moveId,
+          waitedMs,
+        })
+      })
+
     /** Makes the session's VM resident and running: unparked, restored from its descent image, or started. */
     const ensureRunning = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
         if (vm === undefined) {
-          // Placed here by a move whose commit this host refused, its stream never complete here
-          // (the coordinator holds it committed on an operator's word given while the source was
-          // not heard): the guest's memory is in the source's paused copy, which the source
-          // streams again. A fresh guest here would lose it: not booted; the action fails and is
-          // tried again (see README, "The move protocol").
-          // A source that never streams again (its host lost for good) is waited for
-          // `resendWaitMs` from the note or its last prepare here; then the session boots afresh
-          // here, its loss told (below: a vanished guest), as before the wait existed.
-          const unfinished = s.state === "pending" ? undefined : yield* target.unfinished(s.id)
-          if (unfinished !== undefined) {
-            const waitMs = resendWaitMs(staleWindowMs())
-            const waitedMs = (yield* nowMs) - unfinished.notedAt
-            if (waitedMs < waitMs) {
-              yield* Effect.logError(`session placed here by move ${unfinished.moveId}, committed on the coordinator, whose stream never completed here (this host refused its commit): its guest's memory is in the source's paused copy, which the source streams again; not booted afresh (for ${Math.ceil((waitMs - waitedMs) / 1000)} s more at most)`, {
-                hostId: me,
-                sessionId: s.id,
-                moveId: unfinished.moveId,
-                state: s.state,
-              })
-              return yield* Effect.fail({ _tag: "MoveStreamIncomplete", message: `session ${s.id}: placed here by move ${unfinished.moveId}, whose stream never completed here; its memory is on the source, not booted afresh` })
-            }
-            yield* Effect.logError(`session placed here by move ${unfinished.moveId}, whose stream never completed here: its source did not stream it again within ${waitMs} ms (twice the stale window); booting it afresh, its memory lost`, {
-              hostId: me,
-              sessionId: s.id,
-              moveId: unfinished.moveId,
-              waitedMs,
-            })
-            yield* residents.forgetUnfinished(s.id)
-          }
+          // Placed here by a move whose commit this host refused (`streamAwaited`): not booted
+          // afresh while its source may stream the guest's memory again.
+          yield* streamAwaited(s, "booted afresh")
           const spec = specOf(s)
           // The image here if it is of the session's last descent; else the one its image host
           // holds (fetched over any older one here); else whatever is here, judged below.
@@ -732,6 +744,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
             yield* log("started", { sessionId: s.id, state: s.state, ...(imageMissing ? { imageMissing } : {}), ...(vanished ? { vanished } : {}), ...launchFields(started.launch) })
           }
           yield* residents.put({ ...spec, status: "running", reservationId: s.reservationId ?? null, moveId: null })
+          // A note of an unfinished move whose wait ended (above) is over: a guest runs here.
+          yield* residents.forgetUnfinished(s.id)
           // The loss is over (a fresh guest runs): a later one is another (its report, if untold, stays).
           yield* residents.forgetLostNoted(s.id)
           fetchTries.delete(s.id)
@@ -819,6 +833,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     const descend = (s: AssignedSession) =>
       Effect.gen(function* () {
         const vm = yield* residents.get(s.id)
+        // Never descended as lost while the guest's memory may still be streamed here.
+        if (vm === undefined) yield* streamAwaited(s, "descended as lost")
         if (vm !== undefined) {
           // The image is a file of the image store; when `descend` answers, the VM and its RAM are gone.
           const path = yield* images.prepare(s.id)

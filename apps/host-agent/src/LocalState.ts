@@ -135,11 +135,13 @@ export const UnfinishedMove = Schema.Struct({
   sessionId: Schema.String,
   moveId: Schema.String,
   /**
-   * When (ms, the agent's clock) the move was noted, or its source last prepared it again here (a
-   * sign it streams it again): past the agent's wait for it (`Agent.resendWaitMs`) the session is
-   * booted afresh here, its loss told (a source that never comes back).
+   * When (ms, the agent's clock) the move was noted: past the agent's wait for its source
+   * (`Agent.resendWaitMs`) the session is booted afresh here, its loss told (a source that never
+   * comes back, or a stream this host cannot resume).
    */
   notedAt: Schema.Number,
+  /** The wait is over and the session is being booted afresh here: the move's prepares are refused from now on. */
+  expired: Schema.optionalKey(Schema.Boolean),
 })
 export type UnfinishedMove = typeof UnfinishedMove.Type
 

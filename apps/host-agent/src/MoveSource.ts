@@ -1282,15 +1282,54 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
         yield* residents.remove(owed.sessionId)
       }
       yield* residents.removePendingCommit(owed.moveId)
-      yield* Effect.logWarning(`move ${owed.moveId}: the target runs the guest from the source copy streamed again; the source copy was destroyed`, { ...fields, target: owed.target!.targetHostId })
+      // Its commit answers alike for a guest resumed from this stream and for one it booted
+      // afresh after its wait (`Agent.resendWaitMs`; its own log, and its loss report, say which).
+      yield* Effect.logWarning(`move ${owed.moveId}: the target runs the guest (resumed from the source copy streamed again, or booted afresh after waiting for it: see the target's log); the source copy was destroyed`, { ...fields, target: owed.target!.targetHostId })
       return { _tag: "Acknowledged" } as const
+    })
+    /**
+     * The session's placement, read when the target does not take the stream (no answer, or a
+     * refusal without `noStream`): the copy is owed to the target only while the session is
+     * placed there. Ended, or placed elsewhere: the debt is over (placed here: the guest resumes
+     * from its pause; else the copy is destroyed). Null: still placed on the target, or unread.
+     */
+    const settledByPlacement = Effect.gen(function* () {
+      const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
+      if (read._tag === "Failure") return null
+      const session = read.success
+      if (session !== null && session.hostId === owed.target!.targetHostId && Session.holdsReservation(session.state)) return null
+      const here = session !== null && session.hostId === deps.hostId && Session.holdsReservation(session.state)
+      const copy = local !== undefined && local.moveId === null
+      if (copy && here) {
+        yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+        yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+      } else if (copy) {
+        yield* runtime.destroy(owed.sessionId)
+        yield* residents.remove(owed.sessionId)
+      }
+      yield* residents.removePendingCommit(owed.moveId)
+      const where = session === null ? "ended, or not visible to this host" : `${session.state} on ${session.hostId ?? "no host"}`
+      const reason = `move ${owed.moveId}: the session is no longer placed on its target ${owed.target!.targetHostId} (${where}): ${copy && here ? "the guest resumed here from its paused copy" : copy ? "the paused source copy was destroyed" : "no copy was left here"}`
+      yield* Effect.logWarning(reason, fields)
+      return { _tag: "Refused", reason, restoredOnSource: copy && here } as const
     })
     const asked = yield* link.commit(header).pipe(Effect.result)
     if (asked._tag === "Success") return yield* dropCopy
-    if (!asked.failure.refused) return yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`)
+    if (!asked.failure.refused) return (yield* settledByPlacement) ?? (yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`))
     if (asked.failure.noStream !== true) {
-      yield* Effect.logError(`move ${owed.moveId}: its target refused the commit without saying that its stream never completed (an older agent?); the source copy is kept paused: the operator must place the session (e.g. abort the session's placement on ${owed.target.targetHostId} back to this host)`, fields)
-      return yield* stillOwed(`the target refused the commit (${asked.failure.message})`)
+      const settled = yield* settledByPlacement
+      if (settled !== null) return settled
+      // Placed on a target that refuses without `noStream`: an agent older than that word (or one
+      // that lost its state file), which boots the session afresh where it is placed, as
+      // `confirmAtTarget` takes such a refusal of a committed move: the copy here is of no use.
+      if (local !== undefined && local.moveId === null) {
+        yield* runtime.destroy(owed.sessionId)
+        yield* residents.remove(owed.sessionId)
+      }
+      yield* residents.removePendingCommit(owed.moveId)
+      const reason = `move ${owed.moveId}: its target ${owed.target.targetHostId} refused the commit without saying that its stream never completed (an agent older than that word, or one without its state file): it boots the session afresh, its memory lost; the paused source copy was destroyed (${asked.failure.message})`
+      yield* Effect.logError(reason, fields)
+      return { _tag: "Refused", reason, restoredOnSource: false } as const
     }
     if (local === undefined || local.moveId !== null) {
       // Nothing here to stream: the debt cannot be settled by this host.

@@ -114,6 +114,13 @@ export interface MoveTarget {
    * guest here, and on a prepare of another move of the session.
    */
   readonly unfinished: (sessionId: string) => Effect.Effect<UnfinishedMove | undefined>
+  /**
+   * The agent's wait for the unfinished move's stream is over (`Agent.resendWaitMs`): under the
+   * move's lock, marks the note `expired` (the move's prepares refused from then on) and answers
+   * true, so the session may be booted afresh; false when an incoming VM of the move is here (a
+   * prepare came first: its stream decides).
+   */
+  readonly endWait: (sessionId: string, moveId: string) => Effect.Effect<boolean>
 }
 
 /** How many aborted moves a target remembers, and for how long, to refuse their late prepares. */
@@ -230,8 +237,9 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
           // move's note stays until its commit resumes the guest (the source streams it again).
           const noted = yield* unfinishedOf(h.sessionId)
           if (noted !== undefined && noted.moveId !== h.moveId) yield* residents.forgetUnfinished(h.sessionId)
-          // The source streams the move again: the wait for it (`Agent.resendWaitMs`) starts again.
-          if (noted?.moveId === h.moveId) yield* residents.noteUnfinished({ ...noted, notedAt: yield* Clock.currentTimeMillis })
+          // The wait for the source's stream is over (`Agent.resendWaitMs`): the session is booted
+          // afresh here, and a stream of the move now would race that boot for the session's VM.
+          if (noted?.moveId === h.moveId && noted.expired === true) return yield* refuse("prepare", h.moveId, `the wait for this move's stream ended on ${hostId}: the session is booted afresh here`)
           // Recorded before the runtime starts it: a restarted agent adopts it with its move.
           yield* residents.put({ ...specOf(h), status: "paused", reservationId: null, moveId: h.moveId })
           return yield* runtime.prepareIncoming(specOf(h), h.moveId).pipe(
@@ -290,6 +298,13 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         }).pipe(oneAtATime(moveId), Effect.uninterruptible),
       incoming: Effect.map(residents.all, (vms) => vms.filter((v) => v.moveId !== null && v.status === "paused").map((v) => ({ moveId: v.moveId!, vmId: v.vmId }))),
       unfinished: unfinishedOf,
+      endWait: (sessionId, moveId) =>
+        Effect.gen(function* () {
+          if ((yield* residents.get(sessionId)) !== undefined) return false
+          const noted = yield* unfinishedOf(sessionId)
+          if (noted?.moveId === moveId && noted.expired !== true) yield* residents.noteUnfinished({ ...noted, expired: true })
+          return true
+        }).pipe(oneAtATime(moveId), Effect.uninterruptible),
       lastActivity: (moveId) =>
         Effect.gen(function* () {
           const at = (yield* Ref.get(activity)).get(moveId)

@@ -61,7 +61,7 @@ export interface Residents {
   readonly forgetLostNoted: (sessionId: string) => Effect.Effect<void>
   /** The moves whose stream never completed here, as a target (`LocalState.UnfinishedMove`): kept in the state file. */
   readonly unfinished: Effect.Effect<readonly UnfinishedMove[]>
-  /** Notes `u` (replacing any note of its session); nothing, no write, when it is noted already (the same move and time). */
+  /** Notes `u` (replacing any note of its session); nothing, no write, when it is noted already as it is. */
   readonly noteUnfinished: (u: UnfinishedMove) => Effect.Effect<void>
   /** Forgets the note of `sessionId`; nothing, no write, when there is none. */
   readonly forgetUnfinished: (sessionId: string) => Effect.Effect<void>
@@ -221,7 +221,7 @@ export const makeResidents = (
       unfinished: Effect.sync(() => state.unfinished ?? []),
       noteUnfinished: (u) =>
         Effect.suspend(() => {
-          if ((state.unfinished ?? []).some((x) => x.sessionId === u.sessionId && x.moveId === u.moveId && x.notedAt === u.notedAt)) return Effect.void
+          if ((state.unfinished ?? []).some((x) => x.sessionId === u.sessionId && x.moveId === u.moveId && x.notedAt === u.notedAt && x.expired === u.expired)) return Effect.void
           return change((s) => ({ ...s, unfinished: [...(s.unfinished ?? []).filter((x) => x.sessionId !== u.sessionId), u] }))
         }),
       forgetUnfinished: (sessionId) =>

@@ -111,4 +111,34 @@ describe("a committed move whose final round's send fails", () => {
       )
     }),
   )
+  effect("a session the coordinator descends meanwhile is not descended as lost while its memory may still come", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, onlyB } = yield* committedThenSendFailed
+      const b = yield* onlyB
+      assert.deepStrictEqual((yield* b.residents.unfinished).map((u) => u.moveId), ["m1"])
+      // Idle on b (it reports no activity: it runs nothing), the coordinator has it descend there.
+      yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "descending" }) }))
+      yield* onlyB
+      // Before: b found neither guest nor image, told the loss and reported the descent without an image.
+      assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost, [], "no loss told")
+      assert.strictEqual((yield* fleet.coordinator.get).sessions.get("s1")?.state, "descending", "not reported descended")
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] })
+    }),
+  )
+
+  effect("a session that ends while the source owes its stream: the source's paused copy is destroyed and the debt dropped", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, onlyB } = yield* committedThenSendFailed
+      const a = fleet.hosts[0] as TestHost
+      yield* onlyB
+      // The client ends the session (DELETE) before the source streams again.
+      yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "ended", hostId: null, reservationId: null }) }))
+      // b forgets its note (the session left it); a's next settle asks b to commit, which refuses without noStream.
+      yield* onlyB
+      yield* fleet.settle()
+      // Before: the copy stayed paused and owed for ever (every pass a warning).
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt dropped")
+      assert.deepStrictEqual(yield* copies, { a: [], b: [] }, "no copy left anywhere")
+    }),
+  )
 })
