@@ -456,14 +456,13 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       // Whether the move goes on after a refused record, its coordinator holding it committed (below).
       let goesOn = false
       /**
-       * The guard refuses the move (over budget before the pause, or at the post-capture check):
-       * with its intent held, an operator may have committed it (a resolution's commit needs only
-       * the intent; the coordinator takes it when it did not hear this source, frozen past the
-       * stale window). Then the session is placed on the target, which holds no complete stream:
-       * abandoning the move would lose the guest (the target refuses its incomplete stream, and
-       * the coordinator's record makes the copy here go). So the move is read (within the pause's
-       * bound), and a committed one goes on over budget: the commit overrides the guard. Without
-       * the intent no commit precedes the final round, and nothing is read.
+       * The guard refuses the move before the pause (over budget, the guest still running): with
+       * its intent held, an operator may have committed it (a resolution's commit needs only the
+       * intent; the coordinator takes it when it did not hear this source, frozen past the stale
+       * window). Then the session is placed on the target, which holds no complete stream. So the
+       * move is read (within 5 s), and a committed one goes on over budget: the commit overrides
+       * the guard. Without the intent no commit precedes the final round, and nothing is read. At
+       * the post-capture check only a commit known already overrides (no read in the pause).
        */
       const overBudget = (refusal: { readonly stage: string; readonly estimateMs: number; readonly reason: string }) =>
         Effect.gen(function* () {
@@ -1250,17 +1249,22 @@ const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreC
  * guest's only memory. Each pass:
  *
  * 1. the target is asked to commit: it runs the guest (a commit of an earlier pass whose answer
- *    was lost, or a repeat) → the copy here is destroyed, the debt paid; it refuses saying that
- *    its stream never completed (`noStream`) → step 2; no answer, or a refusal without that word
- *    (an older target) → still owed, the copy paused;
+ *    was lost, a repeat, or a guest it booted afresh after its wait) → the copy here is
+ *    destroyed, the debt paid; it refuses saying that its stream never completed (`noStream`) →
+ *    step 2; no answer, or a refusal without that word → the session's placement is read
+ *    (`settledByPlacement`): no longer on the target → the debt is over (ended or elsewhere: the
+ *    copy destroyed; placed here: the guest resumes from its pause); still on the target → no
+ *    answer: still owed; a refusal without the word (an agent older than it, which boots the
+ *    session afresh) → the copy destroyed;
  * 2. the target prepares again (a fresh incoming VM of the move) and the runtime migrates the
  *    paused copy to it, over any budget (`overBudget` always true: the move is committed), then
  *    sends the final round; the copy stays paused whatever happened;
  * 3. the target is asked to commit: it runs the guest → the copy here is destroyed; anything
  *    else → still owed, tried again on the next pass.
  *
- * The coordinator is not asked: it holds the move committed already (no phases: an operator's
- * commit has none). Never two running copies: the copy here never resumes.
+ * The move is not recorded again: the coordinator holds it committed already (no phases: an
+ * operator's commit has none). Never two running copies: the copy here resumes only where the
+ * coordinator places the session here, off the target.
  */
 const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
