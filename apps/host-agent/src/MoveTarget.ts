@@ -10,8 +10,9 @@
  * then resume its own copy. A commit refused because the stream never completed here says so
  * (`noStream`), on every later ask too, and the move is noted in the state file (`unfinished`):
  * the guest's memory is on the source alone, which keeps its copy and streams it again, and the
- * agent neither boots the session afresh here nor commits a new incoming VM of that move on its
- * own (the source's commit does, once its stream is complete). Every other failure leaves the question open. Each operation runs
+ * agent, for a while (`Agent.resendWaitMs`), neither boots the session afresh here nor commits a
+ * new incoming VM of that move on its own (the source's commit does, once its stream is
+ * complete). Every other failure leaves the question open. Each operation runs
  * to its end once started (a source that hangs up does not leave a half-started VM behind), and
  * the operations of one move run one at a time, so each finds what the one before it left: an
  * abort never destroys a VM a commit is resuming or a prepare is starting, a commit never resumes
@@ -108,10 +109,12 @@ export interface MoveTarget {
   /**
    * The move whose commit of the session this target refused because its stream never completed
    * here (kept in the state file), if any: its guest's memory is in the source's paused copy,
-   * which the source streams again. While noted, the agent does not boot the session afresh here
-   * (its memory would be lost) nor commit an incoming VM of the move on its own (the source's
-   * commit does, once its stream is complete). Forgotten once a commit of the move resumes the
-   * guest here, and on a prepare of another move of the session.
+   * which the source streams again. While noted, within the agent's wait (`Agent.resendWaitMs`),
+   * the agent neither boots the session afresh here nor descends it as lost (its memory would be
+   * lost) nor commits an incoming VM of the move on its own (the source's commit does, once its
+   * stream is complete). Forgotten once a commit of the move resumes the guest here, a fresh
+   * guest is recorded after the wait, on a prepare of another move of the session, or once the
+   * session is no longer assigned here.
    */
   readonly unfinished: (sessionId: string) => Effect.Effect<UnfinishedMove | undefined>
   /**
@@ -160,8 +163,8 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
     const unfinishedOf = (sessionId: string) => Effect.map(residents.unfinished, (us) => us.find((u) => u.sessionId === sessionId))
     /**
      * The move's stream never completed here: said so, and noted (the source keeps its copy and
-     * streams it again); a note of the move already made keeps its time (only the source's
-     * prepare, a sign of it, moves it).
+     * streams it again); a note of the move already made keeps its time (the agent's wait for
+     * the stream counts from the first refusal).
      */
     const noStream = (h: MoveHeader, message: string) =>
       Effect.gen(function* () {
