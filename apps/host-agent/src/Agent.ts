@@ -241,12 +241,12 @@ export interface Agent {
 }
 
 /**
- * How long a target waits for the source of a committed move whose stream never completed here
- * to stream it again (`MoveTarget.unfinished`: from the note, or from the source's last prepare of
- * it here), before it boots the session afresh, its loss told: twice the heartbeat stale window.
- * The operator committed the move because the source was not heard for a stale window; one that
- * is still not heard twice as long after is taken for lost (its host gone for good), and the
- * session runs again, fresh, rather than never.
+ * How long a target waits for a complete stream of a committed move whose first stream never
+ * completed here (`MoveTarget.unfinished`, from the note: its first refusal of the move's
+ * commit), before it boots the session afresh, its loss told: twice the heartbeat stale window.
+ * The operator committed the move because the source was not heard for a stale window; a source
+ * whose stream has not come twice as long after is taken for lost (its host gone for good, or a
+ * stream this host cannot resume), and the session runs again, fresh, rather than never.
  */
 export const resendWaitMs = (staleWindowMs: number): number => 2 * staleWindowMs
 
