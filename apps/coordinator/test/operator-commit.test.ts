@@ -1,6 +1,6 @@
 // An operator's commit of a move whose final round is not recorded (SPEC §13, core's
 // `Move.refuseOperatorCommit`), over real HTTP: while the move's source is heard (its last report
-// within the stale window) it is still sending pre-copy rounds and the target holds no complete
+// within the stale window) it is still sending the move and the target may hold no complete
 // copy, so `POST /v1/moves/{id}/resolve {"outcome":"commit"}` with the admin's token is a 409
 // naming the rule, and nothing changes. A source silent past the window (frozen or dead) may never
 // send the final round: the operator's word stands, as before. A silent source is made without a

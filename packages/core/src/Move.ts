@@ -169,7 +169,7 @@ export const sourceHeard = (source: { readonly reportedAt: number | null }, now:
  * Judges an operator's commit (the coordinator's resolve with the admin's word, `engram moves
  * commit`; SPEC §13): as a resolution's commit (`refuseCommit` without phases), and, while the
  * final round is not recorded, refused when the move's source is heard (`sourceHeard`): it is
- * still sending pre-copy rounds, so the target holds no complete copy, and a commit then would
+ * still sending the move, so the target may hold no complete copy, and a commit then would
  * place the session on a target that can only boot it afresh, its memory lost. A source not
  * heard (frozen or dead) may never send the final round: the operator's word stands. `source` is
  * the source host as stored (null: removed, not heard).

@@ -37,7 +37,7 @@ export const MovesHandlers = HandlerGroup.make(
     /**
      * An operator's commit, judged as core's `Move.refuseOperatorCommit` does: before the final
      * round, refused (409) while the move's source is heard (its last report within the stale
-     * window): it is still sending pre-copy rounds and the target holds no complete copy. A
+     * window): it is still sending the move and the target may hold no complete copy. A
      * source removed or never reported is not heard. The store's commit judges the rest again.
      */
     const operatorMayCommit = (m: Move) =>
