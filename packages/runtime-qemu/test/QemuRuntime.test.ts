@@ -469,6 +469,49 @@ describe.skipIf(!runQemuTests)("the QEMU runtime on real guests (needs qemu-syst
       assert.isFalse(existsSync(join(hosts.A.stateDir, calm.vmId)))
     }))
 
+  it.live("a paused guest (a committed move's parked source copy) streamed again over budget: given back it stays paused; streamed again it runs on the target, its counter continued", () =>
+    Effect.gen(function* () {
+      // The guest's host is the source (B in the file's order; A when this test runs alone), the other the target.
+      const onB = (yield* hosts.B.rt.list).some((v) => v.vmId === calm.vmId)
+      const [B, A] = onB ? [hosts.B.rt, hosts.A.rt] : [hosts.A.rt, hosts.B.rt]
+      const sourcePid = B.pidOf(calm.vmId)!
+      yield* B.park(calm.vmId)
+      const before = lastTick(B, calm.vmId)
+      const budget = { maxDowntimeMs: 60_000, commitAllowanceMs: 400, maxPreCopyRounds: 8 }
+      const overBudget = () => Effect.succeed(true)
+      // The first stream, given back at pre-switchover (the final round failed): the copy stays paused.
+      const first = yield* A.prepareIncoming(calm, "m-resend")
+      const firstPid = A.pidOf(calm.vmId)!
+      const at = yield* B.migrate(calm.vmId, { moveId: "m-resend", endpoint: first, budget, onRound: () => Effect.void, overBudget })
+      console.log("paused guest at switchover:", JSON.stringify({ ...at, switchover: undefined, abort: undefined }))
+      assert.strictEqual(at._tag, "AtSwitchover")
+      if (at._tag !== "AtSwitchover") return
+      yield* at.abort
+      const kept = yield* statusOf(B, calm.vmId)
+      assert.isFalse(kept.running, `a guest paused before the move stays paused when it is given back (${kept.status})`)
+      assert.deepStrictEqual((yield* B.list).map((v) => [v.vmId, v.status]), [[calm.vmId, "paused"]])
+      assert.deepStrictEqual(lastTick(B, calm.vmId), before, "no counter line while paused")
+      assert.isTrue(yield* QemuProcess.awaitExit(firstPid, 10_000), "the target's QEMU exits on the failed load")
+      // Streamed again (the resend): switchover, then the target's commit runs the guest there.
+      const again = yield* A.prepareIncoming(calm, "m-resend")
+      const at2 = yield* B.migrate(calm.vmId, { moveId: "m-resend", endpoint: again, budget, onRound: () => Effect.void, overBudget })
+      assert.strictEqual(at2._tag, "AtSwitchover")
+      if (at2._tag !== "AtSwitchover") return
+      const sent = yield* at2.switchover
+      console.log("paused guest resent:", JSON.stringify({ rounds: at2.rounds, final: at2.final, estimateMs: at2.estimateMs, selfConverged: at2.selfConverged, sent }))
+      yield* A.commitIncoming(calm.vmId)
+      assert.isTrue((yield* statusOf(A, calm.vmId)).running)
+      assert.deepStrictEqual((yield* A.list).map((v) => [v.vmId, v.status]), [[calm.vmId, "running"]])
+      yield* awaitTick(A.consolePath(calm.vmId), continuedFrom(before), "counter on the target after the resend")
+      yield* B.destroy(calm.vmId)
+      assert.isTrue(yield* QemuProcess.awaitExit(sourcePid, 10_000), "the source QEMU is gone")
+      assert.deepStrictEqual(yield* B.list, [])
+      // Back to the source, where the next test expects it.
+      const back = yield* Move.between(A, B, calm.vmId, { moveId: "m-resend-back", budget: { maxDowntimeMs: 10_000, commitAllowanceMs: 400, maxPreCopyRounds: 8 } })
+      assert.strictEqual(back._tag, "Committed", JSON.stringify(back))
+      yield* awaitTick(B.consolePath(calm.vmId), continuedFrom(before), "counter back on the source")
+    }))
+
   it.live("after an agent restart a new runtime adopts the live VMs by their QMP sockets", () =>
     Effect.gen(function* () {
       const pid = hosts.B.rt.pidOf(calm.vmId)!
