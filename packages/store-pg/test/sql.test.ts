@@ -11,6 +11,8 @@ import { Store } from "@engram/store"
 import { freePort, freshDatabase, startEmbeddedPostgres } from "@engram/test-pg"
 import { Effect, Exit, Layer, ManagedRuntime } from "effect"
 import postgres from "@engram/postgres"
+import { it as effectIt } from "@effect/vitest"
+import { TestClock } from "effect/testing"
 import { describe, expect, it } from "vitest"
 import { migrate, migrationsFolder, StorePg } from "../src/index.js"
 import { lockedSession, MigrationLockLost, migrateUrl } from "../src/Migrate.js"
@@ -123,45 +125,39 @@ describe("errors", () => {
 })
 
 describe("reclaim", () => {
-  it("a moving session whose own and target entries are both stale ends lost, whichever entry id sorts first", async () => {
-    const db = await freshDatabase()
-    // A short window, still long enough for one session's steps: a host whose agent has not reported
-    // for a window is silent and takes no placement (`Placement.isSilent`), so the hosts report before each.
-    const windowMs = 1000
-    const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
-    const runtime = ManagedRuntime.make(StorePg.layer({ url: db.url, limits }))
-    try {
+  // On the TestClock (the store's time is the Effect Clock): the steps before the window take no
+  // time of it, however slow the machine (on the wall clock a loaded CI took the steps past a
+  // 1 s window: its hosts went silent and a move found no target), and the window passes at once.
+  effectIt.effect("a moving session whose own and target entries are both stale ends lost, whichever entry id sorts first", () =>
+    Effect.gen(function* () {
+      const db = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      // A short window: a host whose agent has not reported for a window is silent and takes no
+      // placement (`Placement.isSilent`), so the hosts report before each session's steps.
+      const windowMs = 1000
+      const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
+      const s = (yield* StorePg.openUrl({ url: db.url, limits })).store
       const ids = Array.from({ length: 12 }, (_, i) => `s${i}`)
-      await runtime.runPromise(
-        Store.use((s) =>
-          Effect.gen(function* () {
-            // Each advertises a peer URL: a move without a target goes only to a host that takes moves.
-            const report = (h: string) => s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64, peerUrl: Harness.peerUrlOf(h) })
-            for (const h of ["h1", "h2"]) yield* s.registerHost({ id: h })
-            for (const id of ids) {
-              for (const h of ["h1", "h2"]) yield* report(h)
-              yield* s.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
-              yield* s.markRunning(id)
-              yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
-            }
-          }),
-        ),
-      )
+      // Each advertises a peer URL: a move without a target goes only to a host that takes moves.
+      const report = (h: string) => s.reportHost(h, { totalMib: 65536, allocatableMib: 65536, totalVcpus: 64, peerUrl: Harness.peerUrlOf(h) })
+      for (const h of ["h1", "h2"]) yield* s.registerHost({ id: h })
+      for (const id of ids) {
+        for (const h of ["h1", "h2"]) yield* report(h)
+        yield* s.createSession({ id, budget: { memMib: 1024, vcpus: 1 } })
+        yield* s.markRunning(id)
+        yield* s.beginMove({ sessionId: id, maxDowntimeMs: 600 })
+      }
       // Random entry ids: with 12 sessions both orders (session entry first, move entry first) occur.
-      await new Promise((r) => setTimeout(r, windowMs + 20))
-      const result = await runtime.runPromise(Store.use((s) => s.reclaim()))
+      yield* TestClock.adjust(windowMs + 20)
+      const result = yield* s.reclaim()
       expect(result.lostSessions).toStrictEqual([...ids].sort())
       expect(result.reclaimed).toHaveLength(24)
-      const sessions = await runtime.runPromise(Store.use((s) => s.listSessions()))
+      const sessions = yield* s.listSessions()
       expect(sessions.map((x) => [x.state, x.hostId, x.reservationId])).toStrictEqual(ids.map(() => ["lost", null, null]))
-      const open = await runtime.runPromise(Store.use((s) => Effect.forEach(ids, (id) => s.openMove(id))))
+      const open = yield* Effect.forEach(ids, (id) => s.openMove(id))
       expect(open.every((m) => m === null)).toBe(true)
-      expect(await runtime.runPromise(Store.use((s) => Harness.reservationsNow(s)))).toStrictEqual([])
-    } finally {
-      await runtime.dispose()
-      await db.drop()
-    }
-  })
+      expect(yield* Harness.reservationsNow(s)).toStrictEqual([])
+    }).pipe(Effect.scoped),
+  )
 })
 
 describe("PGlite", () => {
