@@ -57,9 +57,9 @@ const fakes: Fake[] = []
 const admin = adminCall(() => coordinator.url, adminToken)
 
 /** The client over `urls`, and the warnings it logs. */
-const clientOver = async (urls: readonly string[], token = hostToken) => {
+const clientOver = async (urls: readonly string[], token = hostToken, boundMs = callTimeoutMs) => {
   const { layer: capture, lines: warnings } = captureLogs("Warn")
-  const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(token), callTimeoutMs }).pipe(Effect.provide(FetchHttpClient.layer)))
+  const client = await Effect.runPromise(makeHttp({ url: urls, hostId: "a", hostToken: Redacted.make(token), callTimeoutMs: boundMs }).pipe(Effect.provide(FetchHttpClient.layer)))
   const run = <A, E>(eff: Effect.Effect<A, E>) => Effect.runPromise(Effect.result(eff).pipe(Effect.provide(capture)))
   return { client, run, warnings }
 }
@@ -155,7 +155,9 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     const hung = await track(fake("hang"))
     // The replica after the next: it must see no call (a switch per failure would reach it).
     const third = await track(fake((_req, res) => res.writeHead(500, { "content-type": "text/plain" }).end("third replica")))
-    const { client, run, warnings } = await clientOver([hung.url, coordinator.url, third.url])
+    // A bound that twelve calls at once to the answering replica meet on a loaded machine (each
+    // try has its own bound: with 1 s a CI at load took longer, and every call failed there too).
+    const { client, run, warnings } = await clientOver([hung.url, coordinator.url, third.url], hostToken, 5_000)
     const results = await Promise.all(Array.from({ length: 12 }, () => run(client.heartbeat)))
     expect(results.map((r) => r._tag)).toEqual(Array.from({ length: 12 }, () => "Success"))
     expect(hung.requests()).toBe(12)
