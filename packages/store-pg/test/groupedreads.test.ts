@@ -12,6 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { migrate } from "../src/index.js"
 import * as PostgresJs from "../src/PostgresJs.js"
 import * as StorePg from "../src/StorePg.js"
+import { nodes } from "./plans.js"
+import type { PlanNode } from "./plans.js"
 
 const hosts = 300
 
@@ -102,11 +104,10 @@ describe("a group of lookups by token hash reads by the index", () => {
     const explain = postgres(db.url, { max: 1, onnotice: () => undefined })
     try {
       PostgresJs.drizzleOn(explain) // the store's serializers: a jsonb parameter goes as the text it is
-      const nodes = (plan: Record<string, unknown>): Record<string, unknown>[] => [plan, ...((plan["Plans"] as Record<string, unknown>[] | undefined) ?? []).flatMap(nodes)]
       for (const mode of ["force_custom_plan", "force_generic_plan"]) {
         await explain.unsafe(`set plan_cache_mode = ${mode}`)
         const [row] = await explain.unsafe(`explain (format json) ${grouped[0] as string}`, [JSON.stringify(asked.slice(0, 8))])
-        const plan = nodes(((row as Record<string, unknown>)["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]?.Plan ?? {})
+        const plan = nodes(((row as Record<string, unknown>)["QUERY PLAN"] as { Plan: PlanNode }[])[0]?.Plan as PlanNode)
         // An index scan, or a bitmap heap scan over a bitmap index scan, both by the token hash index.
         const scans = plan.filter((n) => n["Relation Name"] === "hosts").map((n) => n["Node Type"])
         const indexes = plan.flatMap((n) => (n["Index Name"] === undefined ? [] : [n["Index Name"]]))
@@ -128,9 +129,8 @@ describe("a group of lookups by token hash reads by the index", () => {
     expect(grouped).toHaveLength(1)
     // The plan a prepared statement turns to after five runs, without parameter values.
     const rows = await pool.unsafe(`explain (generic_plan, format json) ${grouped[0] as string}`)
-    const nodes = (plan: Record<string, unknown>): Record<string, unknown>[] => [plan, ...((plan["Plans"] as Record<string, unknown>[] | undefined) ?? []).flatMap(nodes)]
-    const plan = nodes(((rows[0] as Record<string, unknown>)["QUERY PLAN"] as { Plan: Record<string, unknown> }[])[0]?.Plan ?? {})
-    const onHosts = plan.filter((n) => n["Relation Name"] === "hosts").map((n) => `${String(n["Node Type"])} ${String(n["Index Name"] ?? "")}`)
+    const plan = nodes(((rows[0] as Record<string, unknown>)["QUERY PLAN"] as { Plan: PlanNode }[])[0]?.Plan as PlanNode)
+    const onHosts = plan.filter((n) => n["Relation Name"] === "hosts").map((n) => `${n["Node Type"]} ${n["Index Name"] ?? ""}`)
     expect(onHosts.some((n) => n.startsWith("Seq Scan"))).toBe(false)
     expect(plan.some((n) => n["Index Name"] === "hosts_pkey")).toBe(true)
   })
