@@ -26,6 +26,7 @@ import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { adminCall } from "./support/Admin.js"
 import { effect } from "./support/PatientClock.js"
+import { forwardTo } from "./support/Forward.js"
 
 const adminToken = "flapping-admin-token-0123456789"
 const highest: Random.Random = { nextDoubleUnsafe: () => 1 - 1e-9, nextIntUnsafe: () => 0 }
@@ -36,22 +37,13 @@ const flappingProxy = (upstream: string, fails: (n: number) => boolean) =>
   Effect.acquireRelease(
     Effect.promise(async () => {
       let polls = 0
-      const server: Server = createServer((req, res) => {
-        let body = ""
-        req.on("data", (c: Buffer) => (body += c.toString()))
-        req.on("end", () => {
-          if (req.url?.includes("/assignments") === true && fails(++polls)) {
-            res.writeHead(503, { "content-type": "text/html" }).end("<h1>upstream busy</h1>")
-            return
-          }
-          const headers: Record<string, string> = { authorization: req.headers.authorization ?? "" }
-          if (body !== "") headers["content-type"] = "application/json"
-          void fetch(`${upstream}${req.url}`, { method: req.method!, headers, ...(body === "" ? {} : { body }) }).then(
-            async (r) => res.writeHead(r.status, { "content-type": "application/json" }).end(await r.text()),
-            () => res.writeHead(502).end(),
-          )
-        })
-      })
+      const server: Server = createServer((req, res) =>
+        forwardTo(upstream, req, res, () => {
+          if (req.url?.includes("/assignments") !== true || !fails(++polls)) return false
+          res.writeHead(503, { "content-type": "text/html" }).end("<h1>upstream busy</h1>")
+          return true
+        }),
+      )
       await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
       return server
     }),

@@ -31,6 +31,7 @@ import { makeResidents } from "../src/Residents.js"
 import { adminCall } from "./support/Admin.js"
 import { capture as captureLogs } from "./support/Logs.js"
 import { effect, noImages } from "./support/PatientClock.js"
+import { forwardTo } from "./support/Forward.js"
 
 const adminToken = "learned-bound-admin-token-0123456789"
 const windowMs = 15_000
@@ -52,16 +53,7 @@ const switchableProxy = (upstream: string) =>
           res.on("close", () => state.parked--)
           return
         }
-        let body = ""
-        req.on("data", (c: Buffer) => (body += c.toString()))
-        req.on("end", () => {
-          const headers: Record<string, string> = { authorization: req.headers.authorization ?? "" }
-          if (body !== "") headers["content-type"] = "application/json"
-          void fetch(`${upstream}${req.url}`, { method: req.method!, headers, ...(body === "" ? {} : { body }) }).then(
-            async (r) => res.writeHead(r.status, { "content-type": "application/json" }).end(await r.text()),
-            () => res.writeHead(502).end(),
-          )
-        })
+        forwardTo(upstream, req, res)
       })
       await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
       return { server, state, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` }
