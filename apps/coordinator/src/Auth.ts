@@ -167,6 +167,12 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
         addTo(hashesOf, hostId, hash)
       }
 
+      /**
+       * Whether a store read begun at `began` (with notices `live` then) may be kept: no credential
+       * notice (or miss) came while it was read, so it cannot undo a rotation heard meanwhile.
+       */
+      const keepable = (live: boolean, began: number) => live && began === epoch && changes.live()
+
       const principalOf: CredentialsShape["principalOf"] = (hash) =>
         Effect.suspend(() => {
           // The admin token is a secret we compare against: constant time.
@@ -182,7 +188,7 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
           return store.hostByTokenHash(hash).pipe(
             Effect.map((host): Principal | null => {
               if (host === null) return null
-              if (live && began === epoch && changes.live()) keep(hash, host.id)
+              if (keepable(live, began)) keep(hash, host.id)
               return { _tag: "Host", hostId: host.id }
             }),
             Effect.catchTag("Unavailable", unavailable),
@@ -207,9 +213,7 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
                 const began = epoch
                 return readHashes([...new Set(unread.map((h) => h.hostId))]).pipe(
                   Effect.map((now) => {
-                    // As `principalOf`: nothing is kept from a read that a credential notice (or a
-                    // miss) overtook, so a rotation heard meanwhile is never undone by this answer.
-                    const keepIt = live && began === epoch && changes.live()
+                    const keepIt = keepable(live, began)
                     for (const h of unread) {
                       if (now.get(h.hostId) !== h.tokenHash) continue
                       acting.add(h.tokenHash)
