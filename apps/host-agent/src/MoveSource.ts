@@ -1280,11 +1280,16 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     if (owed.target === undefined) return yield* stillOwed("no target recorded")
     const header = headerOf(deps, owed, owed.target)
     const local = yield* residents.get(owed.sessionId)
+    /** Whether the paused copy is here (a VM of the session with no move of its own). */
+    const copy = local !== undefined && local.moveId === null
+    /** The paused copy here, if any, destroyed. */
+    const destroyCopy = Effect.gen(function* () {
+      if (!copy) return
+      yield* runtime.destroy(owed.sessionId)
+      yield* residents.remove(owed.sessionId)
+    })
     const dropCopy = Effect.gen(function* () {
-      if (local !== undefined && local.moveId === null) {
-        yield* runtime.destroy(owed.sessionId)
-        yield* residents.remove(owed.sessionId)
-      }
+      yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
       // Its commit answers alike for a guest resumed from this stream and for one it booted
       // afresh after its wait (`Agent.resendWaitMs`; its own log, and its loss report, say which).
@@ -1303,14 +1308,10 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       const session = read.success
       if (session !== null && session.hostId === owed.target!.targetHostId && Session.holdsReservation(session.state)) return null
       const here = session !== null && session.hostId === deps.hostId && Session.holdsReservation(session.state)
-      const copy = local !== undefined && local.moveId === null
       if (copy && here) {
         yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
         yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
-      } else if (copy) {
-        yield* runtime.destroy(owed.sessionId)
-        yield* residents.remove(owed.sessionId)
-      }
+      } else yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
       const where = session === null ? "ended, or not visible to this host" : `${session.state} on ${session.hostId ?? "no host"}`
       const reason = `move ${owed.moveId}: the session is no longer placed on its target ${owed.target!.targetHostId} (${where}): ${copy && here ? "the guest resumed here from its paused copy" : copy ? "the paused source copy was destroyed" : "no copy was left here"}`
@@ -1326,16 +1327,13 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       // Placed on a target that refuses without `noStream`: an agent older than that word (or one
       // that lost its state file), which boots the session afresh where it is placed, as
       // `confirmAtTarget` takes such a refusal of a committed move: the copy here is of no use.
-      if (local !== undefined && local.moveId === null) {
-        yield* runtime.destroy(owed.sessionId)
-        yield* residents.remove(owed.sessionId)
-      }
+      yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
       const reason = `move ${owed.moveId}: its target ${owed.target.targetHostId} refused the commit without saying that its stream never completed (an agent older than that word, or one without its state file): it boots the session afresh, its memory lost; the paused source copy was destroyed (${asked.failure.message})`
       yield* Effect.logError(reason, fields)
       return { _tag: "Refused", reason, restoredOnSource: false } as const
     }
-    if (local === undefined || local.moveId !== null) {
+    if (!copy) {
       // Nothing here to stream: the debt cannot be settled by this host.
       yield* residents.removePendingCommit(owed.moveId)
       const reason = `move ${owed.moveId}: the source copy to stream again is gone from this host; the guest's memory is lost`
