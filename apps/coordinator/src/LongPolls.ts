@@ -8,7 +8,7 @@
  */
 import { TooManyRequests, Unauthorized } from "@engram/api"
 import { Changes } from "@engram/store"
-import { Context, Effect, Layer } from "effect"
+import { Array as Arr, Context, Effect, Layer } from "effect"
 import type { Credential } from "./Auth.js"
 import { Credentials, CurrentCredential } from "./Auth.js"
 import { maxGroupedReads } from "./GroupedReads.js"
@@ -140,7 +140,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         const checks =
           actingHosts === undefined
             ? Effect.forEach(open, ([hostId, polls]) => check(hostId, polls, acts), { concurrency: missSweepConcurrency, discard: true })
-            : Effect.forEach(groupsOf(open, maxGroupedReads), (group) => checkGroup(group, actingHosts), { discard: true })
+            : Effect.forEach(Arr.chunksOf(open, maxGroupedReads), (group) => checkGroup(group, actingHosts), { discard: true })
         return Effect.matchEffect(checks, {
           onFailure: () =>
             Effect.andThen(
@@ -251,11 +251,4 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
       return LongPolls.of({ run, open: () => all.size, sweeps: () => ({ ...sweeps }), endAll })
     }),
   )
-}
-
-/** `items` in groups of at most `size`, in order. */
-const groupsOf = <A>(items: readonly A[], size: number): A[][] => {
-  const out: A[][] = []
-  for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size))
-  return out
 }
