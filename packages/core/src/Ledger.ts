@@ -161,6 +161,25 @@ export const isReclaimable = (
 export const reclaimableAfter = (e: Pick<Entry, "expiresAt" | "lastHeartbeatAt">, limits: Limits = defaults): number =>
   Math.min(e.expiresAt ?? Number.POSITIVE_INFINITY, e.lastHeartbeatAt + limits.heartbeatStaleWindowMs)
 
+/**
+ * Bounds a store may read the ledger by before it judges (a narrowing, never the judgement): every
+ * entry `isReclaimable(e, now, limits, options)` has `expiresAt` below `expiredBefore`, or
+ * `lastHeartbeatAt` below `staleBefore` (null: stale entries do not go, `options.stale` false). A
+ * store that reads only such entries (`where expires_at < $1 or last_heartbeat_at < $2`) and
+ * passes them to `reclaimable` takes exactly what judging the whole ledger would, and no longer
+ * ships every live entry on each pass (store-pg: 200,000 reservations read every reaper pass).
+ */
+export interface ReclaimCutoffs {
+  readonly expiredBefore: number
+  readonly staleBefore: number | null
+}
+
+/** The cutoffs of `reclaim(now, options)`: see `ReclaimCutoffs`. */
+export const reclaimCutoffs = (now: number, limits: Limits = defaults, options: ReclaimOptions = {}): ReclaimCutoffs => ({
+  expiredBefore: now,
+  staleBefore: options.stale === false ? null : now - limits.heartbeatStaleWindowMs,
+})
+
 /** The entries `reclaim(now, options)` removes. */
 export const reclaimable = <E extends Pick<Entry, "expiresAt" | "lastHeartbeatAt">>(
   entries: Iterable<E>,

@@ -112,6 +112,25 @@ describe("Ledger liveness", () => {
       ),
     )
   })
+  it("property: every reclaimable entry passes the cutoffs a store may read the ledger by, with and without stale entries", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 1e9 }),
+        fc.option(fc.integer({ min: 0, max: 1e9 }), { nil: null }),
+        fc.integer({ min: 1, max: 1e8 }),
+        fc.integer({ min: 0, max: 2e9 }),
+        fc.boolean(),
+        (lastHeartbeatAt, expiresAt, window, now, stale) => {
+          const limits = { ...Limits.defaults, heartbeatStaleWindowMs: window }
+          const e = { lastHeartbeatAt, expiresAt }
+          const c = Ledger.reclaimCutoffs(now, limits, { stale })
+          const passes = (expiresAt !== null && expiresAt < c.expiredBefore) || (c.staleBefore !== null && lastHeartbeatAt < c.staleBefore)
+          // Exactly: the cutoffs neither drop a reclaimable entry nor let a live one through.
+          expect(passes).toBe(Ledger.isReclaimable(e, now, limits, { stale }))
+        },
+      ),
+    )
+  })
 })
 
 describe("Ledger summaries", () => {

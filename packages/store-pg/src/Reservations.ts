@@ -8,7 +8,7 @@ import { Ledger, Order, Reclaim } from "@engram/core"
 import type { LedgerEntry } from "@engram/core"
 import { Conflict, CurrentFence, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { Fence, ReclaimResult, Reservation, ReserveInput, StoreShape } from "@engram/store"
-import { and, asc, eq, gt, sql } from "drizzle-orm"
+import { and, asc, eq, gt, lt, or, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import { apply } from "./Apply.js"
 import * as Batcher from "./Batcher.js"
@@ -198,7 +198,13 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
           // Liveness is core's rule (with the caller's options: only the expired while the
           // failover grace holds): read the figures it needs (no lock), let it judge, then lock
           // what the pass may touch in the one lock order of the store — sessions, moves,
-          // reservations (the apply locks the hosts) — and judge again.
+          // reservations (the apply locks the hosts) — and judge again. The first read takes
+          // only the entries past core's cutoffs (the table is read on the server, the live
+          // entries never shipped): every pass read the whole ledger before.
+          const cut = Ledger.reclaimCutoffs(t, limits(), options)
+          const expired = lt(reservations.expiresAt, cut.expiredBefore)
+          // A bigint column: below the cutoff rounded up takes every entry below the cutoff (core judges them).
+          const past = cut.staleBefore === null ? expired : or(expired, lt(reservations.lastHeartbeatAt, Math.ceil(cut.staleBefore)))
           const all = yield* tx.use((exec) =>
             exec
               .select({
@@ -208,7 +214,8 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
                 ownerKind: reservations.ownerKind,
                 ownerId: reservations.ownerId,
               })
-              .from(reservations),
+              .from(reservations)
+              .where(past),
           )
           const suspects = Ledger.reclaimable(all, t, limits(), options)
           if (suspects.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult

@@ -143,9 +143,27 @@ describe("statements with a list of keys read by index", () => {
     expect(plans.slice(4).map((p) => p.indexes.includes("hosts_pkey"))).toStrictEqual([true, true])
   })
 
+  /** The rows the reclaim's first read (the ledger's figures, before any lock) returns now, run again with the parameters it was sent with. */
+  const firstReadRows = async (statements: readonly { query: string; params: unknown[] }[]) => {
+    const first = statements.find((x) => /from "reservations"/.test(x.query) && !/for update/.test(x.query))
+    if (first === undefined) throw new Error("the reclaim read no reservation")
+    const [row] = await explain.unsafe(`explain (analyze, format json) ${first.query}`, first.params as never[])
+    return (((row as Record<string, unknown>)["QUERY PLAN"] as { Plan: PlanNode }[])[0]?.Plan as PlanNode)["Actual Rows"]
+  }
+
+  it("reclaim while the failover grace holds (expired entries only): the first read ships no live entry, and nothing is written", async () => {
+    sent = []
+    const result = await Effect.runPromise(store.reclaim({ stale: false }))
+    expect(result.reclaimed).toStrictEqual([])
+    // 10,009 entries, none with an expiry: none comes back (every one did before 2026-12-07).
+    expect(await firstReadRows(sent)).toBe(0)
+  })
+
   it("reclaim: reads and locks sessions, moves, reservations and hosts by key, in id order", async () => {
     const [result, statements] = await keyed(store.reclaim())
     expect(result.reclaimed.map((r) => r.id).sort()).toStrictEqual(["r10", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "rm0"])
+    // The first read took only the entries past the stale window: run again, now that they are gone, it returns none of the 10,000 live ones.
+    expect(await firstReadRows(sent)).toBe(0)
     const plans = await plansOf(statements)
     // The move owners' sessions, then the locks: sessions, moves, reservations; the hosts (the apply's, in the transaction).
     expect([...new Set(plans.map((p) => p.table))]).toStrictEqual(["moves", "sessions", "reservations", "hosts"])
