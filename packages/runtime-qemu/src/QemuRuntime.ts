@@ -241,18 +241,10 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         const b = req.budget
         const upfront = MoveGuard.beforeStart(b)
         if (upfront._tag === "Refuse") return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, rounds: [] } satisfies MigrateResult
-        const before = yield* q<{ status: string; running: boolean }>(vm, "migrate", "query-status")
+        // A guest a given-back stream left in QEMU's `postmigrate` is taken out of it first
+        // (`cont`, `stop`: see VmHost's leavePostmigrate), before this stream begins.
+        const before = yield* host.leavePostmigrate(vm, "migrate")
         const wasRunning = before.running
-        if (before.status === "postmigrate") {
-          // QEMU 7.2 refuses to migrate a guest its last migration left stopped ("Can't migrate
-          // the vm that was paused due to previous migration"), and a cancelled or failed stream
-          // of a guest that was paused when it began leaves it there (`postmigrate`), not
-          // `paused`: a committed move's paused source copy given back could not be streamed
-          // again. Only `cont` leaves that state: the guest runs for one monitor round trip and
-          // is stopped again, before this stream begins (and before its events are followed).
-          yield* q(vm, "migrate", "cont")
-          yield* q(vm, "migrate", "stop")
-        }
         const tracker = new M.RoundTracker()
 
         const protocol = Effect.scoped(

@@ -53,12 +53,16 @@ export const streamReason = (h: VmHost, vm: Vm): string | null => {
  * stopped. Bounded by its progress: it fails once nothing was sent for `migrationTimeoutMs`. A
  * save that fails is cancelled, and waited for until QEMU says it ended: left running it would
  * go on writing `to`, and its end would stop the guest again (QEMU's `postmigrate`). A save an
- * earlier failure could not cancel (QEMU did not answer) is cancelled first.
+ * earlier failure could not cancel (QEMU did not answer) is cancelled first, and a guest an
+ * earlier stream left in `postmigrate` is taken out of it (`VmHost.leavePostmigrate`).
  */
 const save = (h: VmHost, vm: Vm, op: string, to: string, ignoreShared: boolean, bandwidthBytesPerSec: number) =>
   Effect.scoped(
     Effect.gen(function* () {
       if ((yield* h.cancelMigration(vm, op)) === null) return yield* err(op, vm.spec.vmId, "QEMU did not say whether an earlier migration still runs")
+      // A guest paused before a stream of it that was given back (a move's, or an earlier save's) is
+      // in QEMU's `postmigrate`, from which QEMU saves nothing: taken out of it first.
+      yield* h.leavePostmigrate(vm, op)
       const sub = yield* vm.client.subscribe
       yield* h.q(vm, op, "migrate-set-capabilities", M.capabilities({ pauseBeforeSwitchover: false, ignoreShared: h.settings.snapshots.ignoreShared ? ignoreShared : null }))
       yield* h.q(vm, op, "migrate-set-parameters", { "max-bandwidth": bandwidthBytesPerSec })

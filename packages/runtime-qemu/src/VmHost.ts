@@ -536,6 +536,23 @@ export const make = (s: HostSettings) =>
       ).pipe(Effect.orElseSucceed(() => null))
 
     /**
+     * Takes a guest out of QEMU's `postmigrate` before a new migration of it (a move's stream or a
+     * descent's save) and answers its run status then. A stream of a guest that was stopped when
+     * it began, cancelled or failed once QEMU had stopped it for the final round (and one that
+     * completed), leaves the guest there, not `paused`, and QEMU 7.2 refuses to migrate it from
+     * there ("Can't migrate the vm that was paused due to previous migration"). Only `cont`
+     * leaves that state: the guest runs for one monitor round trip and is stopped again.
+     */
+    const leavePostmigrate = (vm: Vm, op: string) =>
+      Effect.gen(function* () {
+        const st = yield* q<{ status: string; running: boolean }>(vm, op, "query-status")
+        if (st.status !== "postmigrate") return st
+        yield* q(vm, op, "cont")
+        yield* q(vm, op, "stop")
+        return { status: "paused", running: false }
+      })
+
+    /**
      * Waits for the guest to say it is ready: its console line after `from` (a boot: 0; a
      * resume: its tail started before `cont`), timed from `t0`. Without a configured line, or a
      * resumed guest that does not say it in time, the VM counts as ready when QEMU runs it (the
@@ -566,7 +583,7 @@ export const make = (s: HostSettings) =>
         return yield* awaitReady(vm, op, "resume", tail, t0)
       })
 
-    return { settings: s, vms, hold, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, monitorOf, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, awaitReady, resume }
+    return { settings: s, vms, hold, attaching, ensureFree, get, q, queryMigrate, runStatus, ramPathFor, freshRam, ownedRam, prepareRamDir, attach, monitorOf, launch, finish, removeFiles, awaitMigrationEnd, cancelMigration, leavePostmigrate, awaitReady, resume }
   })
 
 /** The host of one runtime. */

@@ -1,0 +1,89 @@
+// A guest paused before its stream began (a committed move's parked source copy, kept here until
+// the commit settles) on real QEMU: a stream of it given back leaves QEMU's `postmigrate`, from
+// which QEMU 7.2 refuses every later migration, a move's as much as a descent's save; and a
+// stream of it runs with the guest stopped throughout, so QEMU counts every byte as downtime
+// bytes. One guest, two runtimes; the tests run in order.
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { cmdline, ensureGuest, readyLine } from "@engram/guest"
+import { ImageStore, type MoveBudget, type VmSpec } from "@engram/runtime"
+import { Effect, Exit, Scope } from "effect"
+import { QemuRuntime, type QemuRuntimeShape } from "../src/index.js"
+import { awaitTick, boots, consoleTicks, continuedFrom, runQemuTests } from "./support/Qemu.js"
+
+const guest: VmSpec = { vmId: "still-1", memMib: 128, vcpus: 1 }
+/** What the guest fills of its RAM at boot (non-zero data). */
+const fillMib = 32
+const budget: MoveBudget = { maxDowntimeMs: 60_000, commitAllowanceMs: 400, maxPreCopyRounds: 8 }
+
+interface Host {
+  readonly rt: QemuRuntimeShape
+  readonly scope: Scope.Closeable
+  readonly dir: string
+}
+const hosts: Record<"A" | "B", Host> = {} as never
+
+const lastTick = (rt: QemuRuntimeShape) => {
+  const t = consoleTicks(rt.consolePath(guest.vmId)).at(-1)
+  if (t === undefined) throw new Error("no counter line yet")
+  return t
+}
+const statusOf = (rt: QemuRuntimeShape) => rt.qmp<{ running: boolean; status: string }>(guest.vmId, "query-status")
+
+/** Streams the paused guest from `from` to `to` and gives the stream back at pre-switchover (QEMU cancels it with the guest stopped). */
+const givenBack = (from: QemuRuntimeShape, to: QemuRuntimeShape, moveId: string) =>
+  Effect.gen(function* () {
+    const endpoint = yield* to.prepareIncoming(guest, moveId)
+    const at = yield* from.migrate(guest.vmId, { moveId, endpoint, budget, onRound: () => Effect.void, overBudget: () => Effect.succeed(true) })
+    assert.strictEqual(at._tag, "AtSwitchover")
+    if (at._tag === "AtSwitchover") yield* at.abort
+    yield* to.destroy(guest.vmId)
+    const st = yield* statusOf(from)
+    console.log("paused guest after its stream was given back:", JSON.stringify(st))
+    assert.isFalse(st.running, "a guest paused before its stream stays paused when it is given back")
+  })
+
+describe.skipIf(!runQemuTests)("a guest paused before its stream, on real QEMU", () => {
+  beforeAll(async () => {
+    const built = await ensureGuest()
+    const boot = { kernel: built.kernel, initrd: built.initrd, append: cmdline({ dirtyKibPerSec: 256, hotMib: 4, fillMib }) }
+    let accelerator: "auto" | "kvm" | "tcg" = "auto"
+    for (const key of ["A", "B"] as const) {
+      const dir = mkdtempSync(join(tmpdir(), `eq-still-${key.toLowerCase()}-`))
+      const scope = Effect.runSync(Scope.make())
+      const rt: QemuRuntimeShape = await Effect.runPromise(QemuRuntime.make({ stateDir: dir, boot, readyLine, accelerator }).pipe(Scope.provide(scope)))
+      accelerator = rt.accel.accelerator
+      hosts[key] = { rt, scope, dir }
+    }
+    await Effect.runPromise(hosts.A.rt.start(guest))
+    await Effect.runPromise(awaitTick(hosts.A.rt.consolePath(guest.vmId), () => true, "the guest counts"))
+  })
+
+  afterAll(async () => {
+    for (const h of Object.values(hosts)) {
+      await Effect.runPromise(h.rt.destroy(guest.vmId).pipe(Effect.ignore))
+      await Effect.runPromise(Scope.close(h.scope, Exit.void))
+      rmSync(h.dir, { recursive: true, force: true })
+    }
+  })
+
+  it.live("descends after a stream of it was given back (QEMU's postmigrate); the restore continues its counter", () =>
+    Effect.gen(function* () {
+      const { rt } = hosts.A
+      yield* rt.park(guest.vmId)
+      const before = lastTick(rt)
+      yield* givenBack(rt, hosts.B.rt, "m-still-1")
+      const images = mkdtempSync(join(tmpdir(), "eq-still-images-"))
+      const store = ImageStore.directory(images)
+      const image = yield* rt.descend(guest.vmId, yield* store.prepare(guest.vmId))
+      console.log("descent of the given-back guest:", image.detail)
+      assert.deepStrictEqual(yield* rt.list, [])
+      const back = yield* rt.restore(guest, (yield* store.get(guest.vmId))!)
+      assert.strictEqual(back.status, "running")
+      yield* awaitTick(rt.consolePath(guest.vmId), continuedFrom(before), "counter after the restore")
+      assert.strictEqual(boots(rt.consolePath(guest.vmId)), 0, "no boot since the restore: the guest continued")
+      rmSync(images, { recursive: true, force: true })
+    }))
+})
