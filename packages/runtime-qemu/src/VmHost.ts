@@ -541,15 +541,29 @@ export const make = (s: HostSettings) =>
      * it began, cancelled or failed once QEMU had stopped it for the final round (and one that
      * completed), leaves the guest there, not `paused`, and QEMU 7.2 refuses to migrate it from
      * there ("Can't migrate the vm that was paused due to previous migration"). Only `cont`
-     * leaves that state: the guest runs for one monitor round trip and is stopped again.
+     * leaves that state: the guest runs for one monitor round trip and is stopped again. A `stop`
+     * that fails is sent once more; if that fails too, this fails saying so, and the VM's status
+     * is what QEMU then says, `running` when it does not answer (the guest was resumed): never
+     * claimed paused while it may run.
      */
     const leavePostmigrate = (vm: Vm, op: string) =>
       Effect.gen(function* () {
         const st = yield* q<{ status: string; running: boolean }>(vm, op, "query-status")
         if (st.status !== "postmigrate") return st
-        yield* q(vm, op, "cont")
-        yield* q(vm, op, "stop")
-        return { status: "paused", running: false }
+        const left = yield* q(vm, op, "cont").pipe(Effect.andThen(q(vm, op, "stop").pipe(Effect.retry({ times: 1 }))), Effect.result)
+        if (left._tag === "Success") return { status: "paused", running: false }
+        const now = yield* q<{ status: string; running: boolean }>(vm, op, "query-status").pipe(Effect.option)
+        // The stop ran after all (answered too late, say): the guest is paused, out of postmigrate.
+        if (Option.isSome(now) && now.value.status === "paused") return now.value
+        const running = Option.isNone(now) || now.value.running
+        vm.status = running ? "running" : "paused"
+        return yield* err(
+          op,
+          vm.spec.vmId,
+          `its guest could not be taken out of QEMU's postmigrate (left by an earlier migration; QEMU migrates no guest from there): ${left.failure.message}; ${
+            running ? `it was resumed (cont) and not stopped again: it ${Option.isNone(now) ? "may run (QEMU does not answer)" : "runs"} here` : `it is still ${now.value.status}`
+          }`,
+        )
       })
 
     /**

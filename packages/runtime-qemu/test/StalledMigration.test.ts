@@ -114,3 +114,65 @@ describe("a move whose final round stalls", () => {
     60_000,
   )
 })
+
+/**
+ * A parked guest on a fake QEMU whose `stop`s numbered `failedStops` fail (the park is the
+ * first), streamed and given back at pre-switchover: QEMU leaves it in `postmigrate`.
+ */
+const inPostmigrate = (failedStops: readonly number[]) =>
+  Effect.gen(function* () {
+    const fake = yield* FakeQemu.make("switchover-stall", { failedStops })
+    const rt = yield* QemuRuntime.make(fake.config)
+    yield* rt.start(spec)
+    yield* rt.park(spec.vmId)
+    const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void, overBudget: () => Effect.succeed(true) })
+    if (at._tag !== "AtSwitchover") return assert.fail(`the move reached ${at._tag}, not the switchover`)
+    yield* at.abort
+    assert.strictEqual((yield* rt.qmp<{ status: string }>(spec.vmId, "query-status")).status, "postmigrate")
+    return { fake, rt }
+  })
+/** The commands the fake was sent after its last `cont`. */
+const afterLastCont = (fake: FakeQemu.FakeQemu) => {
+  const commands = fake.lines().filter((l) => l.startsWith("cmd "))
+  return commands.slice(commands.lastIndexOf("cmd cont"))
+}
+
+describe("a paused guest taken out of QEMU's postmigrate (cont, stop) before it is streamed again", () => {
+  it.live(
+    "whose stop fails twice: the stream fails saying the guest runs, and the VM is not listed paused",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { fake, rt } = yield* inPostmigrate([2, 3])
+          const failed = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void }).pipe(Effect.flip)
+          assert.match(failed.message, /could not be taken out of QEMU's postmigrate/)
+          assert.match(failed.message, /fake: stop 3 failed; it was resumed \(cont\) and not stopped again: it runs here/)
+          assert.deepStrictEqual(afterLastCont(fake).slice(0, 3), ["cmd cont", "cmd stop", "cmd stop"], "the stop was sent once more")
+          assert.notInclude(afterLastCont(fake), "cmd migrate", "no stream of a running guest")
+          assert.isTrue((yield* rt.qmp<{ running: boolean }>(spec.vmId, "query-status")).running)
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec, status: "running" }])
+          yield* rt.destroy(spec.vmId)
+        }),
+      ),
+    60_000,
+  )
+
+  it.live(
+    "whose first stop fails: the stop sent again pauses it, and the stream goes on",
+    () =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const { fake, rt } = yield* inPostmigrate([2])
+          const at = yield* rt.migrate(spec.vmId, { moveId: "mv", endpoint, budget, onRound: () => Effect.void, overBudget: () => Effect.succeed(true) })
+          assert.strictEqual(at._tag, "AtSwitchover")
+          const sent = afterLastCont(fake)
+          assert.deepStrictEqual(sent.slice(0, 3), ["cmd cont", "cmd stop", "cmd stop"])
+          assert.include(sent, "cmd migrate")
+          if (at._tag === "AtSwitchover") yield* at.abort
+          assert.deepStrictEqual(yield* rt.list, [{ ...spec, status: "paused" }])
+          yield* rt.destroy(spec.vmId)
+        }),
+      ),
+    60_000,
+  )
+})

@@ -24,9 +24,10 @@ export interface FakeQemu {
 /**
  * A fake QEMU for one test, in the scope: at its end every fake process it started is killed
  * (SIGKILL) and its directory removed. `wedgeMs`: how long a SIGUSR1 holds its monitor;
- * `dropOnMigrate`: its monitor wedges and closes the connection once it answered a `migrate`.
+ * `dropOnMigrate`: its monitor wedges and closes the connection once it answered a `migrate`;
+ * `failedStops`: which `stop`s (counted from 1) answer an error and do nothing.
  */
-export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly steps?: number; readonly dropOnMigrate?: boolean } = {}) =>
+export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly steps?: number; readonly dropOnMigrate?: boolean; readonly failedStops?: readonly number[] } = {}) =>
   Effect.acquireRelease(
     Effect.sync((): FakeQemu => {
       const dir = mkdtempSync(join(tmpdir(), "rq-"))
@@ -43,7 +44,7 @@ export const make = (mode: FakeMode, o: { readonly wedgeMs?: number; readonly st
       symlinkSync(process.execPath, node)
       writeFileSync(binary, `#!/bin/bash\nexec -a "$0" '${node}' '${join(import.meta.dirname, "fake-qemu.mjs")}' "$@"\n`)
       chmodSync(binary, 0o755)
-      const extraArgs = ["-fake-mode", mode, "-fake-log", logFile, "-fake-pids", pidsFile, "-fake-wedge-ms", String(o.wedgeMs ?? 5000), "-fake-steps", String(o.steps ?? 30), "-fake-drop-on-migrate", o.dropOnMigrate === true ? "1" : "0"]
+      const extraArgs = ["-fake-mode", mode, "-fake-log", logFile, "-fake-pids", pidsFile, "-fake-wedge-ms", String(o.wedgeMs ?? 5000), "-fake-steps", String(o.steps ?? 30), "-fake-drop-on-migrate", o.dropOnMigrate === true ? "1" : "0", "-fake-failed-stops", (o.failedStops ?? []).join(",")]
       return {
         dir,
         config: { stateDir: join(dir, "s"), boot: { kernel: "/nonexistent" }, binary, accelerator: "tcg", memory: "anonymous", qmpTimeoutMs: 1000, startTimeoutMs: 10_000, migrationTimeoutMs: 1500, extraArgs },

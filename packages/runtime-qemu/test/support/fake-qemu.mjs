@@ -16,6 +16,7 @@
 //   (SIGUSR2 closes the monitor's connection, the process living on: a monitor that restarted;
 //   as QEMU's `server=on,wait=off` socket, it greets the next client, unless wedged.)
 //   -fake-steps N     descent-slow's steps (default 30).
+//   -fake-failed-stops N,M  the Nth and Mth `stop` (counted from 1) answer QEMU's error and do nothing.
 //   -fake-drop-on-migrate 1  once it has answered a `migrate`, the monitor wedges (as SIGUSR1) and
 //                     closes the runtime's connection (as SIGUSR2): what the migration says next
 //                     goes to no one until the runtime reconnects, after -fake-wedge-ms.
@@ -38,6 +39,8 @@ const logFile = opt("-fake-log")
 const wedgeMs = Number(opt("-fake-wedge-ms") ?? 5000)
 const steps = Number(opt("-fake-steps") ?? 30)
 const dropOnMigrate = opt("-fake-drop-on-migrate") === "1"
+const failedStops = new Set((opt("-fake-failed-stops") ?? "").split(",").filter((n) => n !== "").map(Number))
+let stops = 0
 const log = (line) => logFile !== undefined && fs.appendFileSync(logFile, `${Date.now()} ${line}\n`)
 fs.writeFileSync(opt("-pidfile"), String(process.pid))
 if (opt("-fake-pids") !== undefined) fs.appendFileSync(opt("-fake-pids"), `${process.pid}\n`)
@@ -47,6 +50,7 @@ const incoming = args.includes("-incoming")
 let runState = incoming ? "inmigrate" : args.includes("-S") ? "prelaunch" : "running"
 const running = () => runState === "running"
 let migration // QEMU's MigrationInfo: { status, ram? }
+let ranAtMigrate = false // whether the guest ran when the outgoing migration began (QEMU's vm_was_running)
 let timers = []
 const later = (ms, f) => timers.push(setTimeout(f, ms))
 const every = (ms, f) => timers.push(setInterval(f, ms))
@@ -106,13 +110,21 @@ const captureFile = (uri) => /^exec:cat > '(.*)'$/.exec(uri)?.[1]?.replaceAll(`'
 const commands = {
   "qmp_capabilities": () => ({}),
   "query-status": () => ({ status: runState, running: running() }),
-  "stop": () => (setRun(runState === "running" ? "paused" : runState), {}),
+  "stop": () => {
+    stops += 1
+    if (failedStops.has(stops)) return { error: { class: "GenericError", desc: `fake: stop ${stops} failed` } }
+    setRun(runState === "running" ? "paused" : runState)
+    return {}
+  },
   "cont": () => (setRun("running"), {}),
   "query-migrate": () => migration ?? {},
   "migrate-set-capabilities": () => ({}),
   "migrate-set-parameters": () => ({}),
   "migrate": (a) => {
     if (!ended()) return { error: { class: "GenericError", desc: "There's a migration process in progress" } }
+    // As QEMU 7.2 (migrate_prepare).
+    if (runState === "postmigrate") return { error: { class: "GenericError", desc: "Can't migrate the vm that was paused due to previous migration" } }
+    ranAtMigrate = running()
     const file = captureFile(a.uri)
     setMigration("setup", ram(0, 64 * MiB))
     setMigration("active")
@@ -155,8 +167,9 @@ const commands = {
   "migrate_cancel": () => {
     if (mode === "cancel-ignored" || ended()) return {}
     stopTimers()
-    // QEMU resumes a guest it stopped for the migration (pre-switchover, device).
-    if (runState === "finish-migrate") setRun("running")
+    // QEMU resumes a guest it stopped for the migration (pre-switchover, device) if it ran when
+    // the migration began; one that was stopped already stays stopped, in postmigrate.
+    if (runState === "finish-migrate") setRun(ranAtMigrate ? "running" : "postmigrate")
     setMigration("cancelled")
     return {}
   },
