@@ -326,6 +326,10 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                   return { _tag: "Aborted", stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason, rounds: tracker.rounds, captureMs, pausedMs } satisfies MigrateResult
                 }
                 const sentBefore = info.ram?.transferred ?? 0
+                // QEMU counts as downtime bytes every byte it sends while the guest is stopped: a
+                // guest paused before the stream began has all its rounds counted so, the final
+                // one is what it sends from here on.
+                const downtimeBytesBefore = info.ram?.["downtime-bytes"] ?? 0
                 vm.status = "paused"
                 const switchover: Effect.Effect<Switched, RuntimeError> = Effect.scoped(
                   Effect.gen(function* () {
@@ -341,9 +345,12 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                     return {
                       sendMs: end.receivedAtMs - t0,
                       sentAtMs: end.receivedAtMs,
-                      // RAM sent while paused (QEMU's downtime-bytes; device state is not counted in either figure).
-                      finalWireBytes: Math.max((done.ram?.transferred ?? sentBefore) - sentBefore, done.ram?.["downtime-bytes"] ?? 0),
-                      runtimeDowntimeMs: done.downtime ?? null,
+                      // RAM sent since pre-switchover, the guest paused (QEMU's downtime-bytes since then;
+                      // device state is not counted in either figure).
+                      finalWireBytes: Math.max((done.ram?.transferred ?? sentBefore) - sentBefore, (done.ram?.["downtime-bytes"] ?? 0) - downtimeBytesBefore),
+                      // QEMU's `downtime` times the final round from its start; a guest paused before the
+                      // stream had no pause from this move (it was paused already and stays paused): none.
+                      runtimeDowntimeMs: wasRunning ? (done.downtime ?? null) : null,
                     } satisfies Switched
                   }),
                 ).pipe(
