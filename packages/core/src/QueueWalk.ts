@@ -86,24 +86,43 @@ export const claims = <W extends Waiting>(index: Index, queue: Iterable<W>, star
   // A budget no host is left for (too big for every host, or every such host claimed) is
   // judged once: an unplaceable session queues for ever and starves with its like.
   const hopeless = new Set<string>()
+  const unmeasured = { ...limits, requireMeasured: false }
+  // The hosts that could take a budget when empty, most free RAM first (ties by id), found once
+  // per budget in a call: no placement happens meanwhile, so free RAM does not change, and each
+  // claim of the same budget takes the next host not claimed yet (a starving queue is mostly a
+  // few big budgets: one scan of the hosts each, not one per claim).
+  const ranked = new Map<string, { readonly hosts: readonly Candidate[]; next: number }>()
+  const rankedFor = (key: string, budget: Budget) => {
+    let r = ranked.get(key)
+    if (r === undefined) {
+      const hosts: { c: Candidate; free: number }[] = []
+      for (const c of index.values()) {
+        if ((c.state ?? "ready") !== "ready" || Placement.isSilent(c, starvation.now, limits) || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), budget, unmeasured)) continue
+        hosts.push({ c, free: Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY })
+      }
+      hosts.sort((a, b) => (a.free !== b.free ? b.free - a.free : a.c.id < b.c.id ? -1 : a.c.id > b.c.id ? 1 : 0))
+      r = { hosts: hosts.map((h) => h.c), next: 0 }
+      ranked.set(key, r)
+    }
+    return r
+  }
   for (const w of queue) {
     if (!isStarving(w, starvation) || out.size >= maxClaims) break
     const key = `${w.budget.memMib}/${w.budget.vcpus}`
     if (hopeless.has(key) || index.anyFits(w.budget, starvation.now)) continue
-    let best: { c: Candidate; free: number } | undefined
-    for (const c of index.values()) {
-      if ((c.state ?? "ready") !== "ready" || Placement.isSilent(c, starvation.now, limits) || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), w.budget, { ...limits, requireMeasured: false })) continue
-      const free = Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY
-      if (best === undefined || free > best.free || (free === best.free && c.id < best.c.id)) best = { c, free }
-    }
+    // The first ranked host still in the index (a host claimed for another budget has left it).
+    const r = rankedFor(key, w.budget)
+    while (r.next < r.hosts.length && index.get((r.hosts[r.next] as Candidate).id) === undefined) r.next++
+    const best = r.hosts[r.next]
     if (best === undefined) {
       hopeless.add(key)
       continue
     }
-    out.set(best.c.id, w)
+    r.next++
+    out.set(best.id, w)
     // Later sessions are judged without the claimed host.
-    removed.push(best.c)
-    index.remove(best.c.id)
+    removed.push(best)
+    index.remove(best.id)
   }
   for (const c of removed) index.upsert(c)
   return out

@@ -158,6 +158,48 @@ describe("the queue walk", () => {
       expect(QueueWalk.claims(index, [q("mid", 3, NOW - LIMIT)], starvation, Limits.defaults).size).toBe(0)
     })
 
+    it("property: the claims are those of one scan of the hosts per claim (the rule as first written), many sessions of few sizes", () => {
+      // The rule as first written, the oracle: for each starving session that fits nowhere, the
+      // ready, heard, measured host that could take it empty with the most free RAM (ties by id).
+      const oracle = (hosts: readonly Candidate[], queue: readonly (Q & { queuedAt: number })[]) => {
+        const index = PlacementIndex.Index.of(hosts)
+        const out = new Map<string, string>()
+        const hopeless = new Set<string>()
+        for (const w of queue) {
+          if (NOW - w.queuedAt < LIMIT || out.size >= QueueWalk.maxClaims) break
+          const key = `${w.budget.memMib}/${w.budget.vcpus}`
+          if (hopeless.has(key) || index.anyFits(w.budget, NOW)) continue
+          let best: { c: Candidate; free: number } | undefined
+          for (const c of index.values()) {
+            if ((c.state ?? "ready") !== "ready" || Placement.isSilent(c, NOW, Limits.defaults) || !Placement.isMeasured(c) || !Placement.fitsOn(Placement.emptied(c), w.budget, { ...Limits.defaults, requireMeasured: false })) continue
+            const free = Headroom.freeMib(c.headroom) ?? Number.POSITIVE_INFINITY
+            if (best === undefined || free > best.free || (free === best.free && c.id < best.c.id)) best = { c, free }
+          }
+          if (best === undefined) {
+            hopeless.add(key)
+            continue
+          }
+          out.set(best.c.id, w.id)
+          index.remove(best.c.id)
+        }
+        return out
+      }
+      const sizes = [{ memMib: 4 * 256, vcpus: 1 }, { memMib: 16 * 256, vcpus: 2 }, { memMib: 40 * 256, vcpus: 4 }, { memMib: 64 * 256, vcpus: 16 }]
+      const arbStarving = fc.array(fc.record({ budget: fc.constantFrom(...sizes), late: fc.boolean() }), { maxLength: 30 }).map((qs) =>
+        qs.map((q, i) => ({ id: `q${i}`, budget: q.budget, affinity: [], queuedAt: q.late && i > 20 ? NOW : NOW - LIMIT - 100 + i })),
+      )
+      fc.assert(
+        fc.property(arbFleet, arbStarving, (hosts, queue) => {
+          const index = PlacementIndex.Index.of(hosts)
+          const claimed = QueueWalk.claims(index, queue, starvation, Limits.defaults)
+          expect(new Map([...claimed].map(([h, w]) => [h, w.id]))).toStrictEqual(oracle(hosts, queue))
+          // The index is given back whole.
+          expect([...index.values()].map((c) => c.id).sort()).toStrictEqual(hosts.map((c) => c.id).sort())
+        }),
+        { numRuns: 500 },
+      )
+    })
+
     it("property: with the rule a later, smaller session never places on a host claimed for a session queued before it", () => {
       fc.assert(
         fc.property(arbFleet, arbQueue, (hosts, queue) => {
