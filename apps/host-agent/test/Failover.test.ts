@@ -6,10 +6,11 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
+import { setTimeout as delay } from "node:timers/promises"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { StoreSim } from "@engram/store-sim"
 import { freePort } from "@engram/test-pg"
-import { Clock, Effect, Fiber, Redacted } from "effect"
+import { Clock, Effect, Fiber, Random, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { TestClock } from "effect/testing"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -19,8 +20,44 @@ import { adminCall } from "./support/Admin.js"
 import { capture as captureLogs } from "./support/Logs.js"
 
 const adminToken = "failover-admin-token-0123456789"
-/** Small, so a hung replica costs a test a second; far from any call a live in-process coordinator answers. */
+/**
+ * The bound of a try in the cases with a hung replica, which run on a TestClock: it passes when
+ * the test moves the clock past it, never because the machine is slow (a try on the live
+ * replica is never cut by it). Small, as the paused case's message states it.
+ */
 const callTimeoutMs = 1000
+/** The bound of a try on the real clock, where no replica hangs: far beyond any answer of a loaded machine. */
+const answerBoundMs = 30_000
+
+/** Until `done`, in real time (the HTTP calls) while the TestClock stands still: up to 3000 turns of 10 ms or more. */
+const until = (done: () => boolean) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 3000 && !done(); i++) yield* Effect.promise(() => delay(10))
+  })
+
+/**
+ * `program` on a TestClock that moves only by the test's `TestClock.adjust`. A call that never
+ * comes back is a failure after a generous real bound rather than a test hanging to its timeout.
+ */
+const onTestClock = <A, E>(program: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  program.pipe(
+    Effect.raceFirst(Effect.andThen(Effect.promise((signal) => delay(60_000, undefined, { signal })), Effect.die(new Error("no outcome within 60 s of real time")))),
+    Effect.provide(TestClock.layer()),
+  )
+
+/**
+ * `call` on the TestClock, past a hung replica: once `hung` has its `n`-th request (each try's
+ * bound started before it was sent), the clock moves by `boundMs` and the call goes on to the next.
+ */
+const pastHung = <A, E>(call: Effect.Effect<A, E>, hung: Fake, boundMs = callTimeoutMs, n = 1) =>
+  onTestClock(
+    Effect.gen(function* () {
+      const fiber = yield* Effect.forkChild(call, { startImmediately: true })
+      yield* until(() => hung.requests() >= n)
+      yield* TestClock.adjust(boundMs)
+      return yield* Fiber.join(fiber)
+    }),
+  )
 
 /** A server that counts the requests it gets and answers them with `answer` (never, for a hung replica). */
 interface Fake {
@@ -82,7 +119,7 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
   it("calls land on the live replica after a hung one and a refusing one; the client then stays there", async () => {
     const hung = await track(fake("hang"))
     const { client, run, warnings } = await clientOver([hung.url, await refusingUrl(), coordinator.url])
-    expect((await run(client.heartbeat))._tag).toBe("Success")
+    expect((await run(pastHung(client.heartbeat, hung)))._tag).toBe("Success")
     expect(hung.requests()).toBe(1)
     // Two switches, each named with both URLs; the host token is in no log line.
     expect(warnings.map((w) => [w.fields["from"], w.fields["op"]])).toEqual([
@@ -91,9 +128,9 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     ])
     expect(warnings[1]?.fields["to"]).toBe(coordinator.url)
     expect(JSON.stringify(warnings)).not.toContain(hostToken)
-    // Sticky: the next calls go to the live replica only.
-    expect((await run(client.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
-    expect((await run(client.assignments({ waitMs: 0, since: undefined })))._tag).toBe("Success")
+    // Sticky: the next calls go to the live replica only (on the TestClock: its 1 s bound never passes).
+    expect((await run(onTestClock(client.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 }))))._tag).toBe("Success")
+    expect((await run(onTestClock(client.assignments({ waitMs: 0, since: undefined }))))._tag).toBe("Success")
     expect(hung.requests()).toBe(1)
     expect(warnings).toHaveLength(2)
   })
@@ -101,7 +138,8 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
   it("a long-poll on a hung replica is bounded by its wait plus a call's bound, then answered by the next", async () => {
     const hung = await track(fake("hang"))
     const { client, run } = await clientOver([hung.url, coordinator.url])
-    const polled = await run(client.assignments({ waitMs: 500, since: undefined }))
+    // Past the poll's bound on the hung replica, and the spread (within 1 s) before it is sent on.
+    const polled = await run(pastHung(client.assignments({ waitMs: 500, since: undefined }), hung, Failover.pollTimeoutMs(500, callTimeoutMs, 2) + 1000))
     expect(polled._tag).toBe("Success")
     expect(hung.requests()).toBe(1)
   })
@@ -110,11 +148,6 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     const hung = await track(fake("hang"))
     const { client } = await clientOver([hung.url, coordinator.url])
     const { layer: capture, lines: infos } = captureLogs("Info")
-    /** Real time passes (the HTTP calls), the TestClock does not: up to ~10 s for `done`. */
-    const until = (done: () => boolean) =>
-      Effect.gen(function* () {
-        for (let i = 0; i < 1000 && !done(); i++) yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
-      })
     const waitMs = 20_000
     const boundMs = Failover.pollTimeoutMs(waitMs, callTimeoutMs, 2)
     const outcome = await Effect.runPromise(
@@ -136,13 +169,16 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
         yield* TestClock.adjust(callTimeoutMs)
         const beaten = yield* Fiber.join(beat)
         // The moved poll is sent after a spread drawn within 1 s (`Pacing.moveSpreadMs`): not
-        // before the TestClock moves (real time passes meanwhile, as for the calls above).
-        yield* Effect.promise(() => new Promise((r) => setTimeout(r, 300)))
+        // before the TestClock moves (real time passes meanwhile, as for the calls above). The
+        // real wait only gives a poll sent too early the time to be answered: however slow the
+        // machine, a client that waits out the spread is never answered before the clock moves.
+        yield* Effect.promise(() => delay(300))
         const beforeSpread = polled
         yield* TestClock.adjust(1000)
         yield* until(() => polled !== undefined)
         return { beaten: beaten._tag, beforeSpread: beforeSpread?._tag, polled: polled?._tag, elapsedMs: (yield* Clock.currentTimeMillis) - startMs }
-      }).pipe(Effect.provide(TestClock.layer()), Effect.provide(capture)),
+        // Seeded: the spread drawn is the same every run (a draw rounded to 0 ms, one in 2000, would send the poll at once).
+      }).pipe(Random.withSeed("failover-spread"), Effect.provide(TestClock.layer()), Effect.provide(capture)),
     )
     expect(outcome).toEqual({ beaten: "Success", beforeSpread: undefined, polled: "Success", elapsedMs: callTimeoutMs + 1000 })
     expect(outcome.elapsedMs).toBeLessThan(boundMs)
@@ -155,10 +191,13 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     const hung = await track(fake("hang"))
     // The replica after the next: it must see no call (a switch per failure would reach it).
     const third = await track(fake((_req, res) => res.writeHead(500, { "content-type": "text/plain" }).end("third replica")))
-    // A bound that twelve calls at once to the answering replica meet on a loaded machine (each
-    // try has its own bound: with 1 s a CI at load took longer, and every call failed there too).
-    const { client, run, warnings } = await clientOver([hung.url, coordinator.url, third.url], hostToken, 5_000)
-    const results = await Promise.all(Array.from({ length: 12 }, () => run(client.heartbeat)))
+    const { client, run, warnings } = await clientOver([hung.url, coordinator.url, third.url])
+    // The twelve tries on the hung replica time out together (one move of the TestClock, once all
+    // twelve are there); on the answering replica their bound never passes, however loaded the
+    // machine (on the real clock, a CI at load once took longer than 1 s there, and even 5 s is a guess).
+    const together = Effect.all(Array.from({ length: 12 }, () => Effect.result(client.heartbeat)), { concurrency: "unbounded" })
+    const all = await run(pastHung(together, hung, callTimeoutMs, 12))
+    const results = all._tag === "Success" ? all.success : []
     expect(results.map((r) => r._tag)).toEqual(Array.from({ length: 12 }, () => "Success"))
     expect(hung.requests()).toBe(12)
     expect(third.requests()).toBe(0)
@@ -170,9 +209,11 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     const { client, run, warnings } = await clientOver([hung.url, coordinator.url])
     // The agent's wall clock jumps 60 s while the call waits on the hung replica (a SIGSTOP of
     // the agent, then SIGCONT: its timer fires once it runs again, the clock far past the bound).
+    // On the TestClock: the hung try's bound passes only once the jump is made (on the real clock a
+    // loaded machine could fire it before), and the try on the next replica is never cut.
     let jumpMs = 0
     const beat = await run(
-      Effect.gen(function* () {
+      onTestClock(Effect.gen(function* () {
         const real = yield* Clock.Clock
         const nanos = () => real.currentTimeNanosUnsafe() + BigInt(jumpMs) * 1_000_000n
         const jumping: Clock.Clock = {
@@ -185,11 +226,12 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
           sleep: (d) => real.sleep(d),
         }
         const call = yield* Effect.forkChild(client.heartbeat.pipe(Effect.provideService(Clock.Clock, jumping)), { startImmediately: true })
-        for (let i = 0; i < 1000 && hung.requests() === 0; i++) yield* Effect.promise(() => new Promise((r) => setTimeout(r, 10)))
+        yield* until(() => hung.requests() > 0)
         expect(hung.requests()).toBe(1)
         jumpMs = 60_000
+        yield* TestClock.adjust(callTimeoutMs)
         return yield* Fiber.join(call)
-      }),
+      })),
     )
     expect(beat._tag).toBe("Success")
     expect(warnings.map((w) => [w.message.replace(/moved \d+ ms/, "moved N ms"), w.fields["from"], w.fields["to"]])).toEqual([
@@ -214,7 +256,7 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
     const hung = await track(fake("hang"))
     const refusing = await refusingUrl()
     const { client, run, warnings } = await clientOver([refusing, hung.url])
-    const failed = await run(client.heartbeat)
+    const failed = await run(pastHung(client.heartbeat, hung))
     expect(failed._tag === "Failure" && failed.failure).toMatchObject({ _tag: "CoordinatorError", op: "heartbeat", status: null, message: "timed out" })
     expect(hung.requests()).toBe(1)
     expect(warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([
@@ -227,13 +269,13 @@ describe("a hung or refusing replica is left for the next (Failover)", () => {
 describe("the coordinator's answers keep the client where it is; a proxy's gateway error does not", () => {
   it("a 409 (Conflict) and a 401 are answers: the next replica sees no call", async () => {
     const next = await track(fake((_req, res) => res.writeHead(500).end()))
-    const { client, run, warnings } = await clientOver([coordinator.url, next.url])
+    const { client, run, warnings } = await clientOver([coordinator.url, next.url], hostToken, answerBoundMs)
     expect((await admin("PUT", "/v1/hosts/a/report", { totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })).status).toBe(200)
     expect((await admin("POST", "/v1/sessions", { id: "s1", memMib: 256, vcpus: 1, affinity: ["a"] })).status).toBe(201)
     expect((await run(client.started("s1")))._tag).toBe("Success")
     const again = await run(client.started("s1"))
     expect(again._tag === "Failure" && again.failure).toMatchObject({ _tag: "Conflict", op: "started" })
-    const stranger = await clientOver([coordinator.url, next.url], "not-a-token-of-anyone-0123456789")
+    const stranger = await clientOver([coordinator.url, next.url], "not-a-token-of-anyone-0123456789", answerBoundMs)
     const refused = await stranger.run(stranger.client.heartbeat)
     expect(refused._tag === "Failure" && refused.failure).toMatchObject({ _tag: "CoordinatorError", status: 401 })
     expect(next.requests()).toBe(0)
@@ -249,7 +291,7 @@ describe("the coordinator's answers keep the client where it is; a proxy's gatew
       )
     // Cut off from the store: the next replica answers, and the client stays there.
     const storeAway = await answering("Unavailable")
-    const away = await clientOver([storeAway.url, coordinator.url])
+    const away = await clientOver([storeAway.url, coordinator.url], hostToken, answerBoundMs)
     expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
     expect((await away.run(away.client.heartbeat))._tag).toBe("Success")
     expect(storeAway.requests()).toBe(1)
@@ -257,19 +299,19 @@ describe("the coordinator's answers keep the client where it is; a proxy's gatew
     // Its connections on a database that only reads (a standby after a failover): another
     // replica may have reached the new primary, the client moves there.
     const standby = await answering("ReadOnly")
-    const promoted = await clientOver([standby.url, coordinator.url])
+    const promoted = await clientOver([standby.url, coordinator.url], hostToken, answerBoundMs)
     expect((await promoted.run(promoted.client.heartbeat))._tag).toBe("Success")
     expect(standby.requests()).toBe(1)
     expect(promoted.warnings.map((w) => [w.fields["from"], w.fields["to"]])).toEqual([[standby.url, coordinator.url]])
     // Every replica without the store: one try on each, then the coordinator's answer and its wait.
     const alsoAway = await answering("Unavailable")
-    const allAway = await clientOver([storeAway.url, alsoAway.url])
+    const allAway = await clientOver([storeAway.url, alsoAway.url], hostToken, answerBoundMs)
     const failed = await allAway.run(allAway.client.heartbeat)
     expect(failed._tag === "Failure" && failed.failure).toMatchObject({ _tag: "CoordinatorError", status: 503, retryAfterMs: 1500 })
     expect([storeAway.requests(), alsoAway.requests()]).toEqual([2, 1])
     // A full disk is the database's, the same on every replica: an answer, the client stays.
     const diskFull = await answering("DiskFull")
-    const full = await clientOver([diskFull.url, coordinator.url])
+    const full = await clientOver([diskFull.url, coordinator.url], hostToken, answerBoundMs)
     const answered = await full.run(full.client.heartbeat)
     expect(answered._tag === "Failure" && answered.failure).toMatchObject({ _tag: "CoordinatorError", status: 503, retryAfterMs: 1500 })
     expect((await full.run(full.client.heartbeat))._tag).toBe("Failure")
@@ -277,7 +319,7 @@ describe("the coordinator's answers keep the client where it is; a proxy's gatew
     expect(full.warnings).toEqual([])
     for (const status of [502, 503]) {
       const gateway = await track(fake((_req, res) => res.writeHead(status, { "content-type": "text/html" }).end("<h1>upstream away</h1>")))
-      const proxied = await clientOver([gateway.url, coordinator.url])
+      const proxied = await clientOver([gateway.url, coordinator.url], hostToken, answerBoundMs)
       expect((await proxied.run(proxied.client.heartbeat))._tag).toBe("Success")
       expect(gateway.requests()).toBe(1)
       expect(proxied.warnings.map((w) => w.fields["to"])).toEqual([coordinator.url])
