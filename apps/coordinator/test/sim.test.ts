@@ -1,9 +1,13 @@
 // The end-to-end suite on the in-memory store (fast), plus the cases only a wrapped store can show.
 import { Limits } from "@engram/core"
-import { startCoordinator } from "@engram/coordinator"
+import { describe as describeEffect, it as itEffect } from "@effect/vitest"
+import { Coordinator, CoordinatorInfo, startCoordinator } from "@engram/coordinator"
+import type { CoordinatorConfigInput } from "@engram/coordinator"
 import { Changes, makeLocalChanges, Store } from "@engram/store"
+import type { StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer } from "effect"
+import { Context, Effect, Layer } from "effect"
+import { TestClock } from "effect/testing"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { failingFleetLayer } from "./support/failing.js"
 import type { FleetSwitch } from "./support/failing.js"
@@ -107,40 +111,46 @@ describe("two coordinators on one store (replicas)", () => {
   })
 })
 
-// The stale window of the start-up cases: the reservations go stale while no coordinator runs
-// (a real wait past it), and the host's report just before the start must still be inside it when
-// the starting coordinator drains (a host silent past the window takes nothing): long enough for a
-// start on a loaded machine.
+// The stale window of the start-up cases. They run on a TestClock, the coordinator's start with
+// them: the reservations go stale while no coordinator runs (the clock moved past the window), and
+// the host's report just before the start is still inside it when the starting coordinator drains
+// (a host silent past the window takes nothing), however long the start takes on a loaded machine.
 const startWindowMs = 3000
 
-describe("reconcile at start-up (SPEC §3)", () => {
-  it("a starting coordinator reclaims what went stale while none ran and drains the queue, with the reaper loop off", async () => {
-    const limits = Limits.make({ heartbeatStaleWindowMs: startWindowMs })
-    if (limits._tag === "Invalid") throw new Error("bad test limits")
-    const store = StoreSim.make({ limits: limits.limits }).store
-    await Effect.runPromise(
-      Effect.gen(function* () {
-        yield* store.registerHost({ id: "rh" })
-        // Capacity after policy 1024 MiB: s1 takes all of it, q1 waits.
-        yield* store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
-        yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } })
-        yield* store.markRunning("s1")
-        const q = yield* store.createSession({ id: "q1", budget: { memMib: 512, vcpus: 1 } })
-        if (q._tag !== "Queued") throw new Error(`q1 should queue, got ${q._tag}`)
-      }),
-    )
-    // No coordinator runs while s1's reservation goes stale (no heartbeat).
-    await new Promise((r) => setTimeout(r, startWindowMs + 300))
-    // Its agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
-    await Effect.runPromise(store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 }))
-    // The seed's rule: no failover grace (with one, the start-up reconcile reclaims nothing: below).
-    const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 0 } })
-    try {
-      const admin = client(c.url, adminToken)
+/** A coordinator over `store` on the test's clock, for the test's scope; its URL. */
+const startedOn = (store: StoreShape, config: CoordinatorConfigInput) =>
+  Effect.map(
+    Layer.build(Coordinator.layer({ store: Layer.succeed(Store, store), reaper: false, config: { port: 0, adminToken, ...config } }).pipe(Layer.provide(Coordinator.loggerLayer("Error")))),
+    (context) => Context.get(context, CoordinatorInfo).url,
+  )
+/** An HTTP call from the test (real time passes for it; the TestClock does not). */
+const http = <A>(request: () => Promise<A>) => Effect.promise(request)
+
+describeEffect("reconcile at start-up (SPEC §3)", () => {
+  itEffect.effect("a starting coordinator reclaims what went stale while none ran and drains the queue, with the reaper loop off", () =>
+    Effect.gen(function* () {
+      yield* TestClock.setTime(Date.now())
+      const limits = Limits.make({ heartbeatStaleWindowMs: startWindowMs })
+      if (limits._tag === "Invalid") throw new Error("bad test limits")
+      const store = StoreSim.make({ limits: limits.limits }).store
+      yield* store.registerHost({ id: "rh" })
+      // Capacity after policy 1024 MiB: s1 takes all of it, q1 waits.
+      yield* store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
+      yield* store.createSession({ id: "s1", budget: { memMib: 1024, vcpus: 1 } })
+      yield* store.markRunning("s1")
+      const q = yield* store.createSession({ id: "q1", budget: { memMib: 512, vcpus: 1 } })
+      if (q._tag !== "Queued") throw new Error(`q1 should queue, got ${q._tag}`)
+      // No coordinator runs while s1's reservation goes stale (no heartbeat).
+      yield* TestClock.adjust(startWindowMs + 300)
+      // Its agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
+      yield* store.reportHost("rh", { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
+      // The seed's rule: no failover grace (with one, the start-up reconcile reclaims nothing: below).
+      const url = yield* startedOn(store, { reclaimGraceMs: 0 })
+      const admin = client(url, adminToken)
       // Already done when the coordinator answers its first request: no reaper pass ran.
-      expect((await admin.get("/v1/sessions/s1")).body).toMatchObject({ state: "lost" })
-      expect((await admin.get("/v1/sessions/q1")).body).toMatchObject({ state: "pending", hostId: "rh" })
-      const metrics = (await admin.get("/metrics")).body as string
+      expect((yield* http(() => admin.get("/v1/sessions/s1"))).body).toMatchObject({ state: "lost" })
+      expect((yield* http(() => admin.get("/v1/sessions/q1"))).body).toMatchObject({ state: "pending", hostId: "rh" })
+      const metrics = (yield* http(() => admin.get("/metrics"))).body as string
       expect(metrics).toContain("engram_reaper_reclaimed_total 1")
       expect(metrics).toMatch(/^engram_sessions_lost_total 1$/m)
       // Every state but ended, 0 included, as the store counts them now.
@@ -149,49 +159,42 @@ describe("reconcile at start-up (SPEC §3)", () => {
       expect(metrics).not.toContain('engram_sessions{state="ended"}')
       expect(metrics).toContain('engram_placements_total{outcome="placed",source="drain"} 1')
       expect(metrics).not.toMatch(/^engram_reaper_passes_total\{/m)
-    } finally {
-      await c.stop()
-    }
-  })
+    }).pipe(Effect.scoped),
+  )
 })
 
-describe("reconcile at start-up with the failover grace (ENGRAM_RECLAIM_GRACE_MS)", () => {
-  it("a starting coordinator reclaims nothing that went stale while none ran (no host could heartbeat), and still drains the queue", async () => {
-    const limits = Limits.make({ heartbeatStaleWindowMs: startWindowMs })
-    if (limits._tag === "Invalid") throw new Error("bad test limits")
-    const store = StoreSim.make({ limits: limits.limits }).store
-    await Effect.runPromise(
-      Effect.gen(function* () {
-        for (const id of ["gh", "gq"]) {
-          yield* store.registerHost({ id })
-          yield* store.reportHost(id, { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
-        }
-        yield* store.createSession({ id: "gs1", budget: { memMib: 1024, vcpus: 1 }, affinity: ["gh"] })
-        yield* store.markRunning("gs1")
-        // Queued behind an affinity to a host that had no room, which then reports room: the drain places it.
-        yield* store.createSession({ id: "gs2", budget: { memMib: 1024, vcpus: 1 }, affinity: ["gq"] })
-        yield* store.markRunning("gs2")
-        const q = yield* store.createSession({ id: "gq1", budget: { memMib: 512, vcpus: 1 }, affinity: ["gq"] })
-        if (q._tag !== "Queued") throw new Error(`gq1 should queue, got ${q._tag}`)
-        yield* store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 })
-      }),
-    )
-    // No coordinator runs while the reservations go stale (no heartbeat).
-    await new Promise((r) => setTimeout(r, startWindowMs + 300))
-    // gq's agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
-    await Effect.runPromise(store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 }))
-    const c = await startCoordinator({ store: Layer.succeed(Store, store), reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 60_000 } })
-    try {
-      const admin = client(c.url, adminToken)
-      expect((await admin.get("/v1/sessions/gs1")).body).toMatchObject({ state: "running" })
-      expect((await admin.get("/v1/sessions/gs2")).body).toMatchObject({ state: "running" })
-      expect((await admin.get("/v1/sessions/gq1")).body).toMatchObject({ state: "pending", hostId: "gq" })
-      const metrics = (await admin.get("/metrics")).body as string
+describeEffect("reconcile at start-up with the failover grace (ENGRAM_RECLAIM_GRACE_MS)", () => {
+  itEffect.effect("a starting coordinator reclaims nothing that went stale while none ran (no host could heartbeat), and still drains the queue", () =>
+    Effect.gen(function* () {
+      yield* TestClock.setTime(Date.now())
+      const limits = Limits.make({ heartbeatStaleWindowMs: startWindowMs })
+      if (limits._tag === "Invalid") throw new Error("bad test limits")
+      const store = StoreSim.make({ limits: limits.limits }).store
+      for (const id of ["gh", "gq"]) {
+        yield* store.registerHost({ id })
+        yield* store.reportHost(id, { totalMib: 4096, allocatableMib: 2048, totalVcpus: 4 })
+      }
+      yield* store.createSession({ id: "gs1", budget: { memMib: 1024, vcpus: 1 }, affinity: ["gh"] })
+      yield* store.markRunning("gs1")
+      // Queued behind an affinity to a host that had no room, which then reports room: the drain places it.
+      yield* store.createSession({ id: "gs2", budget: { memMib: 1024, vcpus: 1 }, affinity: ["gq"] })
+      yield* store.markRunning("gs2")
+      const q = yield* store.createSession({ id: "gq1", budget: { memMib: 512, vcpus: 1 }, affinity: ["gq"] })
+      if (q._tag !== "Queued") throw new Error(`gq1 should queue, got ${q._tag}`)
+      yield* store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 })
+      // No coordinator runs while the reservations go stale (no heartbeat).
+      yield* TestClock.adjust(startWindowMs + 300)
+      // gq's agent reports again (through a replica starting meanwhile): a host silent for a stale window takes nothing until it does.
+      yield* store.reportHost("gq", { totalMib: 8192, allocatableMib: 4096, totalVcpus: 4 })
+      const url = yield* startedOn(store, { reclaimGraceMs: 60_000 })
+      const admin = client(url, adminToken)
+      expect((yield* http(() => admin.get("/v1/sessions/gs1"))).body).toMatchObject({ state: "running" })
+      expect((yield* http(() => admin.get("/v1/sessions/gs2"))).body).toMatchObject({ state: "running" })
+      expect((yield* http(() => admin.get("/v1/sessions/gq1"))).body).toMatchObject({ state: "pending", hostId: "gq" })
+      const metrics = (yield* http(() => admin.get("/metrics"))).body as string
       expect(metrics).not.toMatch(/^engram_reaper_reclaimed_total [1-9]/m)
-    } finally {
-      await c.stop()
-    }
-  })
+    }).pipe(Effect.scoped),
+  )
 })
 
 describe("the move timeout's abort is the store's atomic decision", () => {
@@ -210,35 +213,35 @@ describe("the move timeout's abort is the store's atomic decision", () => {
                 .pipe(Effect.orDie, Effect.andThen(inner.abortMove(id, reason, options)))
             : inner.abortMove(id, reason, options),
       })
-    }),
+      }),
   ).pipe(Layer.provide(StoreSim.layer()))
   let c: Awaited<ReturnType<typeof startCoordinator>>
   beforeAll(async () => {
-    c = await startCoordinator({ store: racing, reaper: false, logLevel: "Error", config: { port: 0, adminToken, moveTimeoutMs: 300 } })
+      c = await startCoordinator({ store: racing, reaper: false, logLevel: "Error", config: { port: 0, adminToken, moveTimeoutMs: 300 } })
   })
   afterAll(() => c?.stop())
 
   it("a final round that lands just before the timeout's abort wins: 503 MoveCommitPending, the move stays pending", async () => {
-    const admin = client(c.url, adminToken)
-    const hosts: { id: string; token: string }[] = []
-    for (const id of [uid("src"), uid("dst")]) {
+      const admin = client(c.url, adminToken)
+      const hosts: { id: string; token: string }[] = []
+      for (const id of [uid("src"), uid("dst")]) {
       const token = (await admin.post("/v1/hosts", { id })).body.token as string
       await admin.put(`/v1/hosts/${id}/report`, { totalMib: 4096, allocatableMib: 3072, totalVcpus: 4 })
       hosts.push({ id, token })
-    }
-    const [src, dst] = hosts as [{ id: string; token: string }, { id: string; token: string }]
-    await admin.post("/v1/sessions", { id: "mv1", memMib: 256, vcpus: 1, affinity: [src.id] })
-    await client(c.url, src.token).post("/v1/sessions/mv1/started")
-    const done = await admin.post("/v1/sessions/mv1/move", { targetHostId: dst.id, maxDowntimeMs: 600 })
-    expect(done.status).toBe(503)
-    expect(done.body).toMatchObject({ error: "MoveCommitPending" })
-    expect((await admin.get(`/v1/moves/${done.body.moveId as string}`)).body).toMatchObject({ state: "pending", abortReason: null })
-    // The source's assignments still carry the move, and its commit lands.
-    const assigned = await client(c.url, src.token).get(`/v1/hosts/${src.id}/assignments`)
-    expect(assigned.body.moves.map((m: { id: string }) => m.id)).toEqual([done.body.moveId])
-    const committed = await client(c.url, src.token).post(`/v1/moves/${done.body.moveId as string}/commit`, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 400 })
-    expect(committed.status).toBe(200)
-    expect((await admin.get("/v1/sessions/mv1")).body).toMatchObject({ state: "running", hostId: dst.id })
-    expect((await client(c.url, dst.token).get(`/v1/hosts/${dst.id}/assignments`)).body.moves).toEqual([])
+      }
+      const [src, dst] = hosts as [{ id: string; token: string }, { id: string; token: string }]
+      await admin.post("/v1/sessions", { id: "mv1", memMib: 256, vcpus: 1, affinity: [src.id] })
+      await client(c.url, src.token).post("/v1/sessions/mv1/started")
+      const done = await admin.post("/v1/sessions/mv1/move", { targetHostId: dst.id, maxDowntimeMs: 600 })
+      expect(done.status).toBe(503)
+      expect(done.body).toMatchObject({ error: "MoveCommitPending" })
+      expect((await admin.get(`/v1/moves/${done.body.moveId as string}`)).body).toMatchObject({ state: "pending", abortReason: null })
+      // The source's assignments still carry the move, and its commit lands.
+      const assigned = await client(c.url, src.token).get(`/v1/hosts/${src.id}/assignments`)
+      expect(assigned.body.moves.map((m: { id: string }) => m.id)).toEqual([done.body.moveId])
+      const committed = await client(c.url, src.token).post(`/v1/moves/${done.body.moveId as string}/commit`, { downtimeMs: 500, captureMs: 40, sendMs: 60, commitMs: 400 })
+      expect(committed.status).toBe(200)
+      expect((await admin.get("/v1/sessions/mv1")).body).toMatchObject({ state: "running", hostId: dst.id })
+      expect((await client(c.url, dst.token).get(`/v1/hosts/${dst.id}/assignments`)).body.moves).toEqual([])
   })
 })
