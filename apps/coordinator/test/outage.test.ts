@@ -62,8 +62,9 @@ const requests = (): readonly (readonly [string, () => Promise<Answer>])[] => {
  */
 const retried = async (r: () => Promise<Answer>): Promise<Answer> => {
   let a = await r()
-  // Up to about 5 s in all: a connection re-established on a machine the whole suite loads.
-  for (let i = 0; i < 10 && a.status === 503; i++) {
+  // Up to about 30 s in all: a connection re-established on a machine the whole suite loads (5 s
+  // was a guess such a machine can overrun; a client that meets the database back stops at once).
+  for (let i = 0; i < 60 && a.status === 503; i++) {
     await new Promise((resolve) => setTimeout(resolve, 500))
     a = await r()
   }
