@@ -645,6 +645,69 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent image not removed; tried again on the next pass", { hostId: me, sessionId: vmId, error: String(cause) })))
 
     /**
+     * Whether every image under `s`'s id on this host is superseded: the coordinator has the
+     * session running or parked here (its start recorded: a restore's, a fresh boot's, a move's
+     * commit), and its guest is resident here, the session's (no move's VM, no move outcome owed
+     * for it). The session's memory is then in that guest: a later restore needs a later descent,
+     * which writes its own image (here over this one, or on another host, named by the
+     * coordinator), and no host is named as holding an image of it (a start clears that). An image
+     * under its id here is an earlier descent's (restored here, its `started` answer lost; kept as
+     * not of the last descent; marked `supersededBy`) or an ended session's of the same id. Never
+     * while the session is pending here: until its start is recorded the image may be the only
+     * copy of its memory (a guest that vanishes before is restored from it again).
+     */
+    const supersededHere = (s: AssignedSession | undefined) =>
+      Effect.gen(function* () {
+        if (s === undefined || s.hostId !== me || (s.state !== "running" && s.state !== "parked")) return false
+        const vm = yield* residents.get(s.id)
+        if (vm === undefined || vm.moveId !== null) return false
+        return !(yield* residents.pendingCommits).some((p) => p.sessionId === s.id)
+      })
+    /** Removes the image under `sessionId`'s id here, said when there was one (`why`: what superseded it). */
+    const removeSuperseded = (sessionId: string, why: string) =>
+      Effect.gen(function* () {
+        if ((yield* images.get(sessionId)) === undefined) return
+        yield* images.remove(sessionId)
+        yield* log(`descent image removed: superseded (${why})`, { sessionId, imagePath: images.pathFor(sessionId) })
+      })
+    /**
+     * The sessions found with no image while their guest runs here, by figures (`figuresOf`): an
+     * image appears under a running session's id only by a descent or a resume, after which its
+     * start changes its figures, so each stint is looked at once. In memory: a restart looks again.
+     */
+    const imagelessStints = new Map<string, string>()
+    /**
+     * Removes the images superseded by a guest that runs here (`supersededHere`): beside the
+     * reconcile, as the released ones, each removal an action of its session's (keyed by its id
+     * in `inflight`: no descent or move of it runs meanwhile), judged again by the last
+     * assignments when it runs. What the removal after `started` leaves: its answer lost, the
+     * agent stopped before it, an image kept because it was not of the session's last descent.
+     * On by default (it removes only images no restore can take); a failure is logged and tried
+     * again on the next pass.
+     */
+    const removeSupersededImages = Effect.gen(function* () {
+      const a = yield* Ref.get(lastAssignments)
+      if (a === null) return
+      const here = new Map(a.sessions.filter((s) => s.hostId === me && (s.state === "running" || s.state === "parked")).map((s) => [s.id, s]))
+      for (const id of imagelessStints.keys()) if (here.get(id) === undefined || imagelessStints.get(id) !== figuresOf(here.get(id)!)) imagelessStints.delete(id)
+      for (const s of here.values()) {
+        if (s.createdAt !== undefined && imagelessStints.get(s.id) === figuresOf(s)) continue
+        if ((yield* FiberMap.has(inflight, s.id)) || !(yield* supersededHere(s))) continue
+        if ((yield* images.get(s.id)) === undefined) {
+          if (s.createdAt !== undefined && s.lastActiveAt !== undefined) imagelessStints.set(s.id, figuresOf(s))
+          continue
+        }
+        yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(
+          Effect.gen(function* () {
+            const last = yield* Ref.get(lastAssignments)
+            if (!(yield* supersededHere(last?.sessions.find((x) => x.id === s.id)))) return
+            yield* removeSuperseded(s.id, "the session runs here again: its start was recorded")
+          }).pipe(Effect.catchCause((cause) => Effect.logWarning("superseded descent image not removed; tried again on the next pass", { hostId: me, sessionId: s.id, error: String(cause) }))),
+        )
+      }
+    }).pipe(Effect.catchCause((cause) => Effect.logWarning("superseded descent images not cleaned up; tried again on the next pass", { hostId: me, error: String(cause) })))
+
+    /**
      * A session placed here by a move whose commit this host refused, its stream never complete
      * here (the coordinator holds the move committed on an operator's word given while the source
      * was not heard): the guest's memory is in the source's paused copy, which the source streams
@@ -881,6 +944,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         }
         yield* done(coordinator.descended(s.id, imageless ? { imageless } : {}))
         descentsWritten.delete(s.id)
+        // The earlier image, marked superseded above, once the descent without it is recorded: no
+        // restore takes it and no host is named as holding it (a crash before leaves the mark).
+        if (found === "stale") yield* removeSuperseded(s.id, "a later descent of the session was recorded without it")
         yield* log("descended", { sessionId: s.id })
       })
 
@@ -1033,9 +1099,10 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           case "pending":
             return ensureRunning(s).pipe(
               Effect.andThen(done(coordinator.started(s.id))),
-              // An image not of this descent is kept, not removed: it may be a user's memory still.
-              // Judged again here, not by the pass that booted the guest: a retry finds it resident.
-              Effect.andThen(Effect.flatMap(isThisDescent(s), (ours) => (ours ? images.remove(s.id) : Effect.void))),
+              // Its start recorded, the session's memory is in the guest that runs here: any image
+              // under its id here (the one restored, or one not of its last descent, kept until
+              // now) is superseded (`supersededHere`). One left by a lost answer goes by the scan.
+              Effect.andThen(removeSuperseded(s.id, "the session runs here: its start was recorded")),
             )
           case "running":
             return vm === undefined || vm.status === "paused" ? ensureRunning(s) : null
@@ -1326,7 +1393,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           else removedImageHosts.delete(h.hostId)
         }
         yield* Ref.set(lastAssignments, a)
-        yield* FiberHandle.run(imageScan, { onlyIfMissing: true })(removeReleasedImages)
+        yield* FiberHandle.run(imageScan, { onlyIfMissing: true })(Effect.andThen(removeSupersededImages, removeReleasedImages))
         // Before any action is chosen: a session whose VM vanished is then one with no VM here.
         yield* forgetVanished(a)
         const mine = a.sessions.filter((s) => s.hostId === me)

@@ -234,6 +234,9 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     // Nothing fetches yet: a fetch's staging left here by an agent killed mid-fetch is a partial image no one will finish.
     const stale = yield* ImageFetch.sweepStaging(imageDir)
     if (stale.length > 0) yield* Effect.logInfo("stale fetch staging removed", { hostId: o.hostId, removed: stale.map((r) => r.name), bytes: stale.reduce((n, r) => n + r.bytes, 0) })
+    // An image removal cut short (the agent stopped between moving the image aside and deleting it).
+    const cutRemovals = yield* ImageStore.sweepRemoved(imageDir)
+    if (cutRemovals.length > 0) yield* Effect.logInfo("removed descent images' leftovers deleted", { hostId: o.hostId, removed: cutRemovals })
     const link = o.link ?? PeerLink.http(o.peers, o.peerSecret, { oldMoveTokens: config.oldMoveTokens })
     // Known once the server listens (its port may be chosen then); the loops start after.
     const advertised = yield* Ref.make<string | null>(null)

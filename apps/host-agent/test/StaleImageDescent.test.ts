@@ -21,15 +21,21 @@ import { effect } from "./support/PatientClock.js"
 
 type Fleet = Effect.Success<ReturnType<typeof makeFleet>>
 
-/** Switches the tests turn on: lose `started`'s answer once (recorded), fail `descended` once (not recorded), crash the VM as its descent starts. */
-const faults = { loseStarted: false, failDescended: false, crashOnDescend: false }
+/**
+ * Switches the tests turn on: lose `started`'s answer once (recorded), fail `descended` once (not
+ * recorded), crash the VM as its descent starts, refuse the image store's removals (a disk that
+ * fails them: the agent removes an image superseded by a guest running here, `SupersededImage`).
+ */
+const faults = { loseStarted: false, failDescended: false, crashOnDescend: false, refuseRemove: false }
 let fleet: Fleet | undefined
 
 const makeOne = Effect.gen(function* () {
   faults.loseStarted = false
   faults.failDescended = false
   faults.crashOnDescend = false
+  faults.refuseRemove = false
   const f = yield* makeFleet([{ hostId: "a" }], {
+    wrapImages: (images) => ({ ...images, remove: (id) => Effect.suspend(() => (faults.refuseRemove ? Effect.die(new Error("EBUSY: the disk refused the removal")) : images.remove(id))) }),
     wrapCoordinator: (c) => ({
       ...c,
       started: (id) =>
@@ -60,7 +66,8 @@ const boots = (a: TestHost) => Ref.get(a.runtime.starts)
 
 /**
  * s1 descended on a, resumed and restored there with `started`'s answer lost (the image stays),
- * running on: a holds the earlier descent's image while the session runs.
+ * running on: a holds the earlier descent's image while the session runs (its removal, as
+ * superseded by the guest running here, failed meanwhile: the disk refused it).
  */
 const earlierImageLeftBehind = Effect.gen(function* () {
   const f = yield* makeOne
@@ -70,8 +77,10 @@ const earlierImageLeftBehind = Effect.gen(function* () {
   yield* f.settle()
   assert.strictEqual((yield* session(f)).imageHostId, "a")
   faults.loseStarted = true
+  faults.refuseRemove = true
   yield* f.coordinator.place("s1", "a", "pending")
   yield* f.settle()
+  faults.refuseRemove = false
   assert.strictEqual((yield* session(f)).state, "running")
   assert.strictEqual(yield* boots(a), 1, "restored from its image, not booted")
   assert.isDefined(yield* a.images.get("s1"), "the earlier descent's image is still on a")

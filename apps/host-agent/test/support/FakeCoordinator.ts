@@ -130,8 +130,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       Effect.flatten(
         modify((s) =>
           s.sessions.get(id)?.state === "pending"
-            ? // As the coordinator's: running sets `lastActiveAt` to now (a later time), when the session carries its figures.
-              [Effect.void as Step, log(setSession(s, id, { state: "running", ...lastActiveNow(s.sessions.get(id)!) }), `started ${id}`)]
+            ? // As the coordinator's: running sets `lastActiveAt` to now (a later time), when the session carries its figures, and names no image host.
+              [Effect.void as Step, log(setSession(s, id, { state: "running", ...lastActiveNow(s.sessions.get(id)!), ...(s.sessions.get(id)!.imageHostId === undefined ? {} : { imageHostId: null }) }), `started ${id}`)]
             : [conflict("started", `session ${id} is not pending`), s],
         ),
       ),

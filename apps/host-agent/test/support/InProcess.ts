@@ -5,8 +5,9 @@
  * The runtimes are `@engram/runtime`'s simulated ones on its in-memory wire.
  */
 import { mkdtempSync } from "node:fs"
+import { cp, readdir, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { dirname, join } from "node:path"
 import { Move as CoreMove } from "@engram/core"
 import { ImageStore, type Launch, type MigrateResult, type MoveRound, RuntimeError, SimRuntime, type VmRuntimeShape } from "@engram/runtime"
 import { Effect, Exit, Ref, Scope } from "effect"
@@ -128,6 +129,14 @@ export interface FleetOptions {
   readonly sendFails?: (hostId: string) => number
   /** Wraps a host's coordinator client (e.g. to hold one of its calls). */
   readonly wrapCoordinator?: (client: CoordinatorShape, hostId: string) => CoordinatorShape
+  /** Wraps a host's image store (e.g. to refuse its removals, as a disk that fails them). */
+  readonly wrapImages?: (images: ImageStore.ImageStore, hostId: string) => ImageStore.ImageStore
+  /**
+   * Whether an agent fetches a descent image from the host the coordinator names as holding it,
+   * copying that host's session directory into its own store (in place of the peers' HTTP fetch);
+   * default off (a resume placed elsewhere boots fresh).
+   */
+  readonly fetchImages?: boolean
   /** Wraps the in-memory peer link (e.g. to watch it, or cut it). */
   readonly wrapLink?: (link: PeerLink.PeerLink, coordinator: FakeCoordinator) => PeerLink.PeerLink
   /** Runs on each write of a host's state file (e.g. to count them). */
@@ -140,6 +149,24 @@ export interface FleetOptions {
   readonly warmImage?: (hostId: string, sessionId: string, goOn: Effect.Effect<boolean>) => Effect.Effect<{ readonly files: number; readonly bytes: number; readonly stopped: boolean }>
 }
 
+/**
+ * A fetch of `sessionId`'s image from `from` (the image host's store) into `into`: its session
+ * directory copied over whatever `into` holds under the id, as the HTTP fetch moves a complete
+ * staging into place. No image there: the image host's word that it has none (`absent`).
+ */
+const copyImage = (from: ImageStore.ImageStore | undefined, into: ImageStore.ImageStore, sessionId: string, imageHostId: string) =>
+  Effect.gen(function* () {
+    const image = from === undefined ? undefined : yield* from.get(sessionId)
+    if (from === undefined || image === undefined) return yield* Effect.fail(new ImageFetch.ImageFetchError({ sessionId, imageHostId, message: ImageFetch.noImageMessage(sessionId), absent: true }))
+    const target = dirname(into.pathFor(sessionId))
+    yield* Effect.promise(async () => {
+      await rm(target, { recursive: true, force: true })
+      await cp(dirname(from.pathFor(sessionId)), target, { recursive: true })
+    })
+    const files = yield* Effect.promise(() => readdir(target))
+    return { files: files.length, bytes: image.bytes }
+  })
+
 export const makeFleet = (hosts: readonly { readonly hostId: string; readonly sim?: Partial<SimRuntime.SimConfig> }[], options: FleetOptions = {}) =>
   Effect.gen(function* () {
     const coordinator: FakeCoordinator = yield* makeFakeCoordinator
@@ -147,6 +174,8 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     const plain = PeerLink.inMemory(targets)
     const link = options.wrapLink === undefined ? plain : options.wrapLink(plain, coordinator)
     const built: TestHost[] = []
+    /** Each host's image store (unwrapped): where a fetch copies an image from. */
+    const stores = new Map<string, ImageStore.ImageStore>()
     const outer = yield* Effect.scope
     /** Each host's agent lives in a scope of its own: closing it is the agent stopping (`restart`). */
     const stops = new Map<string, Effect.Effect<void>>()
@@ -158,7 +187,9 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
         const target = yield* makeMoveTarget(hostId, runtime, residents)
         targets.set(hostId, target)
         const client = coordinator.client(hostId)
-        const images = ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`)))
+        const store = ImageStore.directory(mkdtempSync(join(tmpdir(), `engram-images-${hostId}-`)))
+        const images = options.wrapImages === undefined ? store : options.wrapImages(store, hostId)
+        stores.set(hostId, store)
         const agent = yield* makeAgent({ ...defaultAgentConfig(hostId), moveIntent: options.moveIntent ?? true }, {
           coordinator: options.wrapCoordinator === undefined ? client : options.wrapCoordinator(client, hostId),
           runtime,
@@ -167,6 +198,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
           images,
           link,
           target,
+          ...(options.fetchImages === true ? { fetchImage: (sessionId: string, imageHostId: string) => copyImage(stores.get(imageHostId), store, sessionId, imageHostId) } : {}),
           ...(options.warmImages === true ? { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => ImageFetch.warmHashes(images, sessionId, goOn) } : {}),
           ...(options.warmImage === undefined ? {} : { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => options.warmImage!(hostId, sessionId, goOn) }),
         }).pipe(Scope.provide(scope))
