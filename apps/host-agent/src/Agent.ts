@@ -515,12 +515,20 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       const t = tag as { readonly createdAt?: unknown; readonly lastActiveAt?: unknown }
       return t.createdAt === s.createdAt && t.lastActiveAt === s.lastActiveAt
     }
-    /** Whether the image under `s`'s id is of its last descent: its tag matches, or (no tag, or no figures) the session ran before. */
-    const isThisDescent = (s: AssignedSession): Effect.Effect<boolean> =>
+    /**
+     * Whether the image under `s`'s id, held by `heldBy` (this host, or the image host it was just
+     * fetched from), is of its last descent: its tag names it; or, without figures, any image; or,
+     * with no tag (an older agent's image) or a cleared one (a descent began and its capture may
+     * have failed), when the session ran before and the coordinator names no other host as holding
+     * its last descent's image (`imageHostId`: none, or `heldBy`). A tag-less image beside a
+     * session whose last descent's image is on another host is older than that descent (the
+     * session ran again since, elsewhere): restored, the guest would silently go back.
+     */
+    const isThisDescent = (s: AssignedSession, heldBy: string = me): Effect.Effect<boolean> =>
       Effect.gen(function* () {
         if (s.createdAt === undefined || s.lastActiveAt === undefined) return true
         const tag = images.readTag === undefined ? undefined : yield* images.readTag(s.id)
-        if (typeof tag !== "object" || tag === null) return !neverRan(s)
+        if (typeof tag !== "object" || tag === null) return !neverRan(s) && (s.imageHostId == null || s.imageHostId === heldBy)
         return tagNamesDescent(s, tag)
       })
 
@@ -760,8 +768,9 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           const localOurs = local !== undefined && (yield* isThisDescent(s))
           const found = localOurs ? local : ((yield* fetchedImage(s)) ?? local)
           // An image of another descent (an earlier session of the same id, or an earlier descent
-          // of this one restored elsewhere since) is not this session's memory.
-          const ours = found === undefined ? true : found === local ? localOurs : yield* isThisDescent(s)
+          // of this one restored elsewhere since) is not this session's memory. A fetched one is
+          // judged as held by the host it came from (a tag-less one there is that host's descent).
+          const ours = found === undefined ? true : found === local ? localOurs : yield* isThisDescent(s, s.imageHostId ?? me)
           if (!ours) {
             yield* Effect.logWarning("an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept", {
               hostId: me,

@@ -176,6 +176,8 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
     const built: TestHost[] = []
     /** Each host's image store (unwrapped): where a fetch copies an image from. */
     const stores = new Map<string, ImageStore.ImageStore>()
+    /** The fetches tried (`fetchImages`), in order: `<host> <- <image host>: <session>`. */
+    const fetches = yield* Ref.make<readonly string[]>([])
     const outer = yield* Effect.scope
     /** Each host's agent lives in a scope of its own: closing it is the agent stopping (`restart`). */
     const stops = new Map<string, Effect.Effect<void>>()
@@ -198,7 +200,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
           images,
           link,
           target,
-          ...(options.fetchImages === true ? { fetchImage: (sessionId: string, imageHostId: string) => copyImage(stores.get(imageHostId), store, sessionId, imageHostId) } : {}),
+          ...(options.fetchImages === true ? { fetchImage: (sessionId: string, imageHostId: string) => Effect.andThen(Ref.update(fetches, (f) => [...f, `${hostId} <- ${imageHostId}: ${sessionId}`]), copyImage(stores.get(imageHostId), store, sessionId, imageHostId)) } : {}),
           ...(options.warmImages === true ? { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => ImageFetch.warmHashes(images, sessionId, goOn) } : {}),
           ...(options.warmImage === undefined ? {} : { warmImage: (sessionId: string, goOn: Effect.Effect<boolean>) => options.warmImage!(hostId, sessionId, goOn) }),
         }).pipe(Scope.provide(scope))
@@ -273,7 +275,7 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
           yield* quiesce
         }
       })
-    return { coordinator, hosts: built, pass, quiesce, settle, restart }
+    return { coordinator, hosts: built, pass, quiesce, settle, restart, fetches }
   })
 
 /**
