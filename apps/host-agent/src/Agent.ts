@@ -236,7 +236,7 @@ export interface Agent {
   /** One heartbeat, as the loop sends it (its failure logged). */
   readonly heartbeatOnce: Effect.Effect<void>
   readonly status: Effect.Effect<AgentStatus>
-  /** Whether an action is in flight (tests driving the clock poll it). */
+  /** Whether an action, or the image scan beside the reconcile, is in flight (tests driving the clock poll it). */
   readonly busy: Effect.Effect<boolean>
 }
 
@@ -653,23 +653,34 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       }).pipe(Effect.catchCause((cause) => Effect.logWarning("descent image not removed; tried again on the next pass", { hostId: me, sessionId: vmId, error: String(cause) })))
 
     /**
-     * Whether every image under `s`'s id on this host is superseded: the coordinator has the
-     * session running or parked here (its start recorded: a restore's, a fresh boot's, a move's
-     * commit), and its guest is resident here, the session's (no move's VM, no move outcome owed
-     * for it). The session's memory is then in that guest: a later restore needs a later descent,
-     * which writes its own image (here over this one, or on another host, named by the
-     * coordinator), and no host is named as holding an image of it (a start clears that). An image
-     * under its id here is an earlier descent's (restored here, its `started` answer lost; kept as
-     * not of the last descent; marked `supersededBy`) or an ended session's of the same id. Never
-     * while the session is pending here: until its start is recorded the image may be the only
-     * copy of its memory (a guest that vanishes before is restored from it again).
+     * Whether the session's newer state is settled here: the coordinator has the session running
+     * or parked here (its start recorded: a restore's, a fresh boot's, a move's commit), and its
+     * guest is resident here, the session's (no move's VM, no move outcome owed for it). Its memory
+     * is then in that guest: a later restore needs a later descent, which writes its own image
+     * (here over any one under its id, or on another host, named by the coordinator), and no host
+     * is named as holding an image of it (a start clears that). Never while the session is pending
+     * here: until its start is recorded its image may be the only copy of its memory (a guest that
+     * vanishes before is restored from it again).
      */
-    const supersededHere = (s: AssignedSession | undefined) =>
+    const settledHere = (s: AssignedSession | undefined) =>
       Effect.gen(function* () {
         if (s === undefined || s.hostId !== me || (s.state !== "running" && s.state !== "parked")) return false
         const vm = yield* residents.get(s.id)
         if (vm === undefined || vm.moveId !== null) return false
         return !(yield* residents.pendingCommits).some((p) => p.sessionId === s.id)
+      })
+    /**
+     * Whether the image under `s`'s id is known superseded by its tag: a tag that names another
+     * descent than the one `s`'s figures name (an earlier descent's, restored here or not of the
+     * last descent; an ended session's of the same id) or marks the image superseded. An image
+     * without a tag, or with a cleared one, is known by nothing (a restore tags the one it takes):
+     * kept.
+     */
+    const tagSupersedes = (s: AssignedSession) =>
+      Effect.gen(function* () {
+        if (images.readTag === undefined) return false
+        const tag = yield* images.readTag(s.id)
+        return typeof tag === "object" && tag !== null && !tagNamesDescent(s, tag)
       })
     /** Removes the image under `sessionId`'s id here, said when there was one (`why`: what superseded it). */
     const removeSuperseded = (sessionId: string, why: string) =>
@@ -679,36 +690,36 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         yield* log(`descent image removed: superseded (${why})`, { sessionId, imagePath: images.pathFor(sessionId) })
       })
     /**
-     * The sessions found with no image while their guest runs here, by figures (`figuresOf`): an
-     * image appears under a running session's id only by a descent or a resume, after which its
-     * start changes its figures, so each stint is looked at once. In memory: a restart looks again.
+     * The sessions looked at while their guest runs here, by figures (`figuresOf`): an image
+     * appears under a running session's id only by a descent or a resume, after which its start
+     * changes its figures, so each stint is looked at once. In memory: a restart looks again.
      */
-    const imagelessStints = new Map<string, string>()
+    const stintsLookedAt = new Map<string, string>()
     /**
-     * Removes the images superseded by a guest that runs here (`supersededHere`): beside the
-     * reconcile, as the released ones, each removal an action of its session's (keyed by its id
-     * in `inflight`: no descent or move of it runs meanwhile), judged again by the last
-     * assignments when it runs. What the removal after `started` leaves: its answer lost, the
-     * agent stopped before it, an image kept because it was not of the session's last descent.
-     * On by default (it removes only images no restore can take); a failure is logged and tried
-     * again on the next pass.
+     * Removes the images superseded where their session's guest runs here (`settledHere`,
+     * `tagSupersedes`): beside the reconcile, as the released ones, each removal an action of its
+     * session's (keyed by its id in `inflight`: no descent or move of it runs meanwhile), judged
+     * again by the last assignments when it runs. What the removal after `started` leaves: its
+     * answer lost, the agent stopped before it. On by default (it removes only images no restore
+     * can take); a failure is logged and tried again on the next pass.
      */
     const removeSupersededImages = Effect.gen(function* () {
       const a = yield* Ref.get(lastAssignments)
       if (a === null) return
       const here = new Map(a.sessions.filter((s) => s.hostId === me && (s.state === "running" || s.state === "parked")).map((s) => [s.id, s]))
-      for (const id of imagelessStints.keys()) if (here.get(id) === undefined || imagelessStints.get(id) !== figuresOf(here.get(id)!)) imagelessStints.delete(id)
+      for (const id of stintsLookedAt.keys()) if (here.get(id) === undefined || stintsLookedAt.get(id) !== figuresOf(here.get(id)!)) stintsLookedAt.delete(id)
       for (const s of here.values()) {
-        if (s.createdAt !== undefined && imagelessStints.get(s.id) === figuresOf(s)) continue
-        if ((yield* FiberMap.has(inflight, s.id)) || !(yield* supersededHere(s))) continue
-        if ((yield* images.get(s.id)) === undefined) {
-          if (s.createdAt !== undefined && s.lastActiveAt !== undefined) imagelessStints.set(s.id, figuresOf(s))
+        if (stintsLookedAt.get(s.id) === figuresOf(s)) continue
+        if ((yield* FiberMap.has(inflight, s.id)) || !(yield* settledHere(s))) continue
+        if ((yield* images.get(s.id)) === undefined || !(yield* tagSupersedes(s))) {
+          if (s.createdAt !== undefined && s.lastActiveAt !== undefined) stintsLookedAt.set(s.id, figuresOf(s))
           continue
         }
         yield* FiberMap.run(inflight, s.id, { onlyIfMissing: true })(
           Effect.gen(function* () {
             const last = yield* Ref.get(lastAssignments)
-            if (!(yield* supersededHere(last?.sessions.find((x) => x.id === s.id)))) return
+            const now = last?.sessions.find((x) => x.id === s.id)
+            if (now === undefined || !(yield* settledHere(now)) || !(yield* tagSupersedes(now))) return
             yield* removeSuperseded(s.id, "the session runs here again: its start was recorded")
           }).pipe(Effect.catchCause((cause) => Effect.logWarning("superseded descent image not removed; tried again on the next pass", { hostId: me, sessionId: s.id, error: String(cause) }))),
         )
@@ -780,6 +791,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           }
           const image = ours ? found : undefined
           if (image !== undefined) {
+            // A tag-less image (an older agent's, or one whose tag was cleared) taken for this
+            // descent's gets its tag: once the start is recorded it is known superseded
+            // (`tagSupersedes`), removed even if the answer to `started` is lost.
+            const tag = images.readTag === undefined ? undefined : yield* images.readTag(s.id)
+            if (typeof tag !== "object" || tag === null) yield* writeDescentTag(s)
             const back = yield* runtime.restore(spec, image)
             yield* log("restored from its descent image", { sessionId: s.id, imageBytes: image.bytes, ...launchFields(back.launch) })
           } else {
@@ -955,7 +971,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         descentsWritten.delete(s.id)
         // The earlier image, marked superseded above, once the descent without it is recorded: no
         // restore takes it and no host is named as holding it (a crash before leaves the mark).
-        if (found === "stale") yield* removeSuperseded(s.id, "a later descent of the session was recorded without it")
+        if (found === "stale" && (yield* tagSupersedes(s))) yield* removeSuperseded(s.id, "a later descent of the session was recorded without it")
         yield* log("descended", { sessionId: s.id })
       })
 
@@ -1108,10 +1124,16 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           case "pending":
             return ensureRunning(s).pipe(
               Effect.andThen(done(coordinator.started(s.id))),
-              // Its start recorded, the session's memory is in the guest that runs here: any image
-              // under its id here (the one restored, or one not of its last descent, kept until
-              // now) is superseded (`supersededHere`). One left by a lost answer goes by the scan.
-              Effect.andThen(removeSuperseded(s.id, "the session runs here: its start was recorded")),
+              // Its start recorded, the session's memory is in the guest that runs here: the image
+              // under its id here goes when it was restored (of this descent) or is known
+              // superseded by its tag (`tagSupersedes`: one not of the last descent, kept until
+              // now). Judged again here, not by the pass that booted the guest: a retry finds it
+              // resident. One left by a lost answer goes by the scan (`removeSupersededImages`).
+              Effect.andThen(
+                Effect.flatMap(Effect.zipWith(isThisDescent(s), tagSupersedes(s), (ours, superseded) => ours || superseded), (gone) =>
+                  gone ? removeSuperseded(s.id, "the session runs here: its start was recorded") : Effect.void,
+                ),
+              ),
             )
           case "running":
             return vm === undefined || vm.status === "paused" ? ensureRunning(s) : null
@@ -1764,7 +1786,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       } satisfies AgentStatus
     })
 
-    const busy = Effect.map(FiberMap.size(inflight), (n) => n > 0)
+    // The image scan beside the reconcile counts: the removals it finds start as actions of their sessions when it ends.
+    const busy = Effect.zipWith(FiberMap.size(inflight), FiberHandle.get(imageScan), (n, scan) => n > 0 || Option.isSome(scan))
 
     return { reconcile, idle, run, reportOnce, heartbeatOnce: Effect.asVoid(heartbeatAsked), status, busy }
   })

@@ -10,8 +10,12 @@
  * session running or parked here and its guest is resident here (`supersededHere`: after
  * `started`, and by the scan beside the reconcile for what a lost answer left), and the earlier
  * image a descent marked superseded goes once that descent is recorded without it. A session
- * pending here keeps its image until its start is recorded.
+ * pending here keeps its image until its start is recorded. Only an image its tag proves older is
+ * removed this way (a tag-less one a restore took is tagged then); a tag-less image not taken,
+ * judged by the figures' clocks alone, is kept.
  */
+import { rmSync } from "node:fs"
+import { dirname, join } from "node:path"
 import { assert, describe } from "@effect/vitest"
 import { Effect, Ref } from "effect"
 import { CoordinatorError } from "../src/Coordinator.js"
@@ -125,6 +129,32 @@ describe("a descent image superseded by a newer state of its session", () => {
       assert.strictEqual((yield* session(f)).state, "running")
       assert.strictEqual(yield* boots(a), 2, "booted fresh: the image is another session's")
       assert.isUndefined(yield* a.images.get("s1"), "the ended session's image is gone once the new one runs here")
+    }),
+  )
+
+  effect("an older agent's tag-less image restored here with started's answer lost: tagged at the restore, then removed", () =>
+    Effect.gen(function* () {
+      const { f, a } = yield* descendedOnA
+      yield* Effect.sync(() => rmSync(join(dirname(a.images.pathFor("s1")), "descent.json")))
+      faults.loseStarted = true
+      yield* f.coordinator.place("s1", "a", "pending")
+      yield* f.settle()
+      assert.strictEqual((yield* session(f)).state, "running")
+      assert.strictEqual(yield* boots(a), 1, "restored from its image, not booted")
+      assert.isUndefined(yield* a.images.get("s1"))
+    }),
+  )
+
+  effect("a tag-less image not taken (the new session never ran) is kept: nothing but the figures' clocks says whose it is", () =>
+    Effect.gen(function* () {
+      const { f, a } = yield* descendedOnA
+      yield* Effect.sync(() => rmSync(join(dirname(a.images.pathFor("s1")), "descent.json")))
+      yield* Ref.update(f.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, createdAt: 9_000, lastActiveAt: 9_000, imageHostId: null }) }))
+      yield* f.coordinator.place("s1", "a", "pending")
+      yield* f.settle()
+      assert.strictEqual((yield* session(f)).state, "running")
+      assert.strictEqual(yield* boots(a), 2, "booted fresh")
+      assert.isDefined(yield* a.images.get("s1"), "kept")
     }),
   )
 

@@ -114,11 +114,14 @@ describe("descent images outlive the agent", () => {
     expect(lines(agent, "restored from its descent image", "d3")).toEqual([])
     expect(lines(agent, "started", "d3").map((l) => l.from)).toEqual(["boot"])
     expect(lines(agent, foreign, "d3")).toHaveLength(1)
-    // Kept, not restored: the judgement compares clocks, a wrong one must not cost the memory.
-    expect(existsSync(join(imageDir, "d3", "image"))).toBe(true)
+    // Not restored, and removed once d3's start is recorded: its tag (d2's figures) proves it
+    // another session's, so d3 running here supersedes it (a tag-less one would be kept: judged
+    // by the figures' clocks alone, a wrong judgement must not cost the memory).
+    await until("d2's image removed", async () => existsSync(join(imageDir, "d3", "image")), (there) => !there)
+    expect(lines(agent, "descent image removed: superseded (the session runs here: its start was recorded)", "d3")).toHaveLength(1)
   }, 120_000)
 
-  it("an image of an earlier descent of the same session (its tag's lastActiveAt older than the session's) is not restored: the session boots fresh and the image is kept", async () => {
+  it("an image of an earlier descent of the same session (its tag's lastActiveAt older than the session's) is not restored: the session boots fresh and the image goes once it runs", async () => {
     // d3 runs (it ran, so the figures alone would call any image its own); it descends, writing its tag.
     await descend("d3", "q3")
     const tagFile = join(imageDir, "d3", "descent.json")
@@ -132,6 +135,6 @@ describe("descent images outlive the agent", () => {
     expect(lines(agent, "restored from its descent image", "d3")).toEqual([])
     expect(lines(agent, "started", "d3").length).toBe(before + 1)
     expect(lines(agent, foreign, "d3").length).toBeGreaterThanOrEqual(2)
-    expect(existsSync(join(imageDir, "d3", "image"))).toBe(true)
+    await until("the earlier descent's image removed", async () => existsSync(join(imageDir, "d3", "image")), (there) => !there)
   }, 120_000)
 })
