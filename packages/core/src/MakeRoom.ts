@@ -332,17 +332,25 @@ export const forHolds = (input: HoldsInput): Planned[] => {
   const out: Planned[] = []
   let fleet = input.fleet
   const resting = new Set(cooling(input.aborted ?? [], input.now, input.cooldownMs ?? defaultCooldownMs).map((a) => a.sessionId))
+  // What each hold's plan is judged on changes only with the fleet, when a plan takes moves: the
+  // room is split (`servable` found it so for the fleet as given) and the hosts fenced off (held
+  // or claimed: the claims walk the whole queue over every host) are found again only then.
+  let split = true
+  let fenced: Set<string> | undefined
   for (const hold of servable(fleet, input.holds, input.movingFrom, limits)) {
     if (out.length >= max) break
     // Moves only where the room exists but is split: in an overloaded fleet they only reorder who waits.
-    if (!roomIsSplit(fleet, limits)) break
+    if (!split) break
     const q = fleet.queue.find((x) => x.sessionId === hold.sessionId)
     const held = fleet.hosts.find((x) => x.id === hold.hostId)
     if (q === undefined || held === undefined) continue
-    const fenced = new Set(input.holds.map((x) => x.hostId))
-    for (const c of ParkGate.claimedHosts(fleet, input.now, limits, input.gate).values()) fenced.add(c.id)
+    if (fenced === undefined) {
+      fenced = new Set(input.holds.map((x) => x.hostId))
+      for (const c of ParkGate.claimedHosts(fleet, input.now, limits, input.gate).values()) fenced.add(c.id)
+    }
+    const fence = fenced
     const running = (input.running.get(hold.hostId) ?? []).filter((r) => !resting.has(r.sessionId))
-    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fenced.has(x.id)), allowanceMs: input.allowanceMs?.get(hold.hostId), costs: input.costs, limits, now: input.now })
+    const planned = plan({ budget: q.budget, host: held, running, targets: fleet.hosts.filter((x) => !fence.has(x.id)), allowanceMs: input.allowanceMs?.get(hold.hostId), costs: input.costs, limits, now: input.now })
     if (planned === null || planned.length === 0) continue
     const taken = planned.slice(0, max - out.length)
     out.push(...taken)
@@ -352,6 +360,8 @@ export const forHolds = (input: HoldsInput): Planned[] => {
       ...fleet,
       hosts: fleet.hosts.map((h) => (reserved.get(h.id) ?? []).reduce((acc: FleetHost, b) => withReservation(acc, b), h)),
     }
+    split = roomIsSplit(fleet, limits)
+    fenced = undefined
   }
   return out
 }

@@ -214,6 +214,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let index = new PlacementIndex.Index(limits)
   const noFitDetails = options.noFitDetails ?? true
   let sessions = new Map<string, SessionRec>()
+  /**
+   * The sessions not ended, by their host: a host's sessions without a walk of every session the
+   * store keeps (the reaper's make-room read of a held host's running sessions each pass, an
+   * agent's assignments). Kept by `enter` and `leave`, as the queue and the parks.
+   */
+  let liveByHost = new Map<string, Set<SessionRec>>()
   // The sessions a lifetime can end or idle (an idle timeout or a TTL), so a pass reads only those.
   let withLifetime = new Set<SessionRec>()
   let queue = new Map<string, SessionRec>()
@@ -245,6 +251,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     hosts = new Map()
     index = new PlacementIndex.Index(limits)
     sessions = new Map()
+    liveByHost = new Map()
     withLifetime = new Set()
     queue = new Map()
     queueSorted = null
@@ -443,7 +450,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     return Effect.sync(() => Cursor.slice(list, sorted(), keyOf, after, page.limit))
   }
   const sessionsSorted = (filter: SessionFilter): SessionRec[] =>
-    [...sessions.values()]
+    // A host's sessions in a state other than ended: only those the host holds (`liveByHost`).
+    (filter.hostId !== undefined && filter.state !== undefined && filter.state !== "ended" ? [...(liveByHost.get(filter.hostId) ?? [])] : [...sessions.values()])
       .filter(
         (s) =>
           (filter.state === undefined || s.state === filter.state) &&
@@ -483,6 +491,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   // The queue, the queued budgets and the hosts' park and descent sets follow the session
   // records: `leave` takes a record out of them, `enter` puts it in as it is now.
   const leave = (s: SessionRec): void => {
+    if (s.hostId !== null && s.state !== "ended") {
+      const live = liveByHost.get(s.hostId)
+      if (live !== undefined && live.delete(s) && live.size === 0) liveByHost.delete(s.hostId)
+    }
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
       if (s.state === "parked" && h.parks.delete(s.id)) h.fleet = h.parkList = null
@@ -496,6 +508,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     }
   }
   const enter = (s: SessionRec): void => {
+    if (s.hostId !== null && s.state !== "ended") {
+      const live = liveByHost.get(s.hostId)
+      if (live === undefined) liveByHost.set(s.hostId, new Set([s]))
+      else live.add(s)
+    }
     const h = s.hostId === null ? undefined : hosts.get(s.hostId)
     if (h !== undefined) {
       if (s.state === "parked") {
@@ -699,7 +716,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     getHost: (id) => Effect.map(findHost(id), viewOf),
     hostAssignments: (hostId) =>
       Effect.map(findHost(hostId), () => {
-        const onHost = [...sessions.values()].filter((x) => x.hostId === hostId && assigned.has(x.state))
+        const onHost = [...(liveByHost.get(hostId) ?? [])].filter((x) => assigned.has(x.state))
         // An open move is pending: the open ones are all a host's assignments may hold.
         const open = [...openMoves.values()].map((id) => moves.get(id) as MoveRec).filter((m) => m.sourceHostId === hostId || m.targetHostId === hostId)
         const oldestFirst = <T extends { createdAt: number; id: string }>(a: T, b: T) => a.createdAt - b.createdAt || byId(a, b)
