@@ -1,8 +1,9 @@
 /**
  * The downtime guard of a live move (SPEC §5): the estimate before the guest pauses, the
  * check after the final capture, and the commit allowance both include, learned per host pair
- * from recent commits (SPEC §13). Pure arithmetic over the figures the agents measured; the
- * agents measure, this module decides.
+ * from recent commits (SPEC §13); a guest paused before its move is never refused (its move
+ * pauses it no further). Pure arithmetic over the figures the agents measured; the agents
+ * measure, this module decides.
  */
 import { defaults } from "./Limits.js"
 
@@ -70,24 +71,43 @@ export interface PostCaptureInput extends FinalWireInput {
 export const postCaptureEstimateMs = (i: PostCaptureInput): number =>
   i.captureMs + transferMs(finalWireBytes(i), i.rateBytesPerMs) + (i.commitAllowanceMs ?? defaults.commitAllowanceMs)
 
-/** The guard's verdict. */
+/**
+ * The guard's verdict. `AlreadyPaused`: the guest was paused before the move began, so the move
+ * causes no pause and its estimate, whatever it is, refuses nothing (see {@link check}).
+ */
 export type Verdict =
   | { readonly _tag: "Fits"; readonly estimateMs: number }
   | { readonly _tag: "Overrun"; readonly estimateMs: number }
+  | { readonly _tag: "AlreadyPaused"; readonly estimateMs: number }
 
-/** Inputs of {@link check}: either estimate's inputs and the budget. */
-export type CheckInput = (PrePauseInput | PostCaptureInput) & { readonly maxDowntimeMs: number }
+/** Inputs of {@link check}: either estimate's inputs, the budget, and whether the guest was paused before the move. */
+export type CheckInput = (PrePauseInput | PostCaptureInput) & {
+  readonly maxDowntimeMs: number
+  /**
+   * The guest was paused before the move began (parked in RAM, or a committed move's paused
+   * source copy streamed again) and stays paused until the target's commit: its stream pauses it
+   * no further. Absent: false (the guest runs, the move pauses it).
+   */
+  readonly alreadyPaused?: boolean | undefined
+}
 
 const isPostCapture = (i: PrePauseInput | PostCaptureInput): i is PostCaptureInput => "captureMs" in i
 
 /**
- * Checks an estimate against `maxDowntimeMs`: post-capture inputs (with `captureMs`) get
- * the post-capture estimate, others the pre-pause one. Equal to the budget fits.
+ * Checks an estimate against `maxDowntimeMs` (SPEC §5): post-capture inputs (with `captureMs`)
+ * get the post-capture estimate, others the pre-pause one. Equal to the budget fits. A guest
+ * `alreadyPaused` is never refused: `maxDowntimeMs` bounds the pause a move causes, and its move
+ * causes none (it was paused before and stays paused until the commit); the estimate is still
+ * made, for the caller to report (`AlreadyPaused`), whether or not it is within the budget.
  */
 export const check = (i: CheckInput): Verdict => {
   const estimateMs = isPostCapture(i) ? postCaptureEstimateMs(i) : prePauseEstimateMs(i)
+  if (i.alreadyPaused === true) return { _tag: "AlreadyPaused", estimateMs }
   return estimateMs <= i.maxDowntimeMs ? { _tag: "Fits", estimateMs } : { _tag: "Overrun", estimateMs }
 }
+
+/** Whether a verdict refuses the move (an `Overrun`): a fit, or a guest already paused, goes on. */
+export const refuses = (v: Verdict): boolean => v._tag === "Overrun"
 
 /** The phases of a finished move's pause, as reported to the caller. */
 export interface Phases {

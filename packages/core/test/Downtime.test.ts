@@ -102,6 +102,52 @@ describe("Downtime", () => {
     )
   })
 
+  describe("a guest paused before its move", () => {
+    it("is never refused, before the pause or after the capture: its move pauses it no further; the estimate is still reported", () => {
+      // The seed 004 rounds at a 480 ms budget: refused for a running guest (486 ms).
+      const pre = { lastDeltaWireBytes: 86 * MiB, rateBytesPerMs: MiB, maxDowntimeMs: 480 }
+      expect(Downtime.check(pre)).toEqual({ _tag: "Overrun", estimateMs: 486 })
+      expect(Downtime.check({ ...pre, alreadyPaused: false })).toEqual({ _tag: "Overrun", estimateMs: 486 })
+      expect(Downtime.check({ ...pre, alreadyPaused: true })).toEqual({ _tag: "AlreadyPaused", estimateMs: 486 })
+      // A budget below the commit allowance alone (an empty final round), and an unknown rate.
+      expect(Downtime.check({ lastDeltaWireBytes: 0, rateBytesPerMs: 0, maxDowntimeMs: 1, alreadyPaused: true })).toEqual({ _tag: "AlreadyPaused", estimateMs: 400 })
+      expect(Downtime.check({ lastDeltaWireBytes: 1, rateBytesPerMs: 0, maxDowntimeMs: 1, alreadyPaused: true }).estimateMs).toBe(Number.POSITIVE_INFINITY)
+      const post = { captureMs: 2000, lastDeltaWireBytes: 10 * MiB, lastDeltaApparentBytes: 10 * MiB, finalApparentBytes: 10 * MiB, rateBytesPerMs: MiB, maxDowntimeMs: 600 }
+      expect(Downtime.check(post)._tag).toBe("Overrun")
+      expect(Downtime.check({ ...post, alreadyPaused: true })).toEqual({ _tag: "AlreadyPaused", estimateMs: 2410 })
+      expect(Downtime.refuses(Downtime.check({ ...post, alreadyPaused: true }))).toBe(false)
+      expect(Downtime.refuses(Downtime.check(post))).toBe(true)
+    })
+
+    it("property: a guest already paused is refused by no estimate, with the estimate a running guest gets; a running guest's verdict is unchanged", () => {
+      const n = fc.integer({ min: 0, max: 2 ** 40 })
+      const ms = fc.integer({ min: 0, max: 100_000 })
+      const input = fc.oneof(
+        fc.record({ lastDeltaWireBytes: n, rateBytesPerMs: fc.integer({ min: 0, max: 2 ** 30 }), commitAllowanceMs: ms, maxDowntimeMs: ms }),
+        fc.record({
+          captureMs: ms,
+          lastDeltaWireBytes: n,
+          lastDeltaApparentBytes: n,
+          finalApparentBytes: n,
+          rateBytesPerMs: fc.integer({ min: 0, max: 2 ** 30 }),
+          commitAllowanceMs: ms,
+          maxDowntimeMs: ms,
+        }),
+      )
+      fc.assert(
+        fc.property(input, (i) => {
+          const runningGuest = Downtime.check(i)
+          expect(Downtime.check({ ...i, alreadyPaused: false })).toEqual(runningGuest)
+          expect(runningGuest._tag).toBe(runningGuest.estimateMs <= i.maxDowntimeMs ? "Fits" : "Overrun")
+          const paused = Downtime.check({ ...i, alreadyPaused: true })
+          expect(paused).toEqual({ _tag: "AlreadyPaused", estimateMs: runningGuest.estimateMs })
+          expect(Downtime.refuses(paused)).toBe(false)
+          expect(Downtime.refuses(runningGuest)).toBe(runningGuest._tag === "Overrun")
+        }),
+      )
+    })
+  })
+
   describe("the learned commit allowance", () => {
     it("is the prior before any history, then a high quantile of the last commits", () => {
       expect(Downtime.commitAllowance([])).toEqual({ allowanceMs: 400, source: "prior", samples: 0 })
