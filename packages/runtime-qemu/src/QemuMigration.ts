@@ -129,8 +129,8 @@ export const finalApparentBytes = (info: MigrationInfo, tracker: RoundTracker, s
   (info.ram?.remaining ?? 0) + tracker.dirtyBytesPerMs(info) * Math.max(0, stopQemuMs - tracker.lastPassQemuMs)
 
 /** The guard's verdict at `pre-switchover` (core's arithmetic, via `MoveGuard`). */
-export const postCapture = (tracker: RoundTracker, captureMs: number, finalApparent: number, budget: MoveBudget) =>
-  MoveGuard.postCapture(tracker.rounds, { captureMs, apparentBytes: finalApparent }, budget)
+export const postCapture = (tracker: RoundTracker, captureMs: number, finalApparent: number, budget: MoveBudget, guest: MoveGuard.Guest = MoveGuard.running) =>
+  MoveGuard.postCapture(tracker.rounds, { captureMs, apparentBytes: finalApparent }, budget, guest)
 
 /** Single-quotes a path for QEMU's `exec:` migration URIs (run by `/bin/sh -c`). */
 export const shellQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`

@@ -239,12 +239,16 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
         if (req.endpoint.runtime !== "qemu") return yield* err("migrate", vmId, `a ${req.endpoint.runtime} endpoint cannot take a QEMU VM`)
         if (!/^tcp:/.test(req.endpoint.uri)) return yield* err("migrate", vmId, `unsupported endpoint ${req.endpoint.uri}`)
         const b = req.budget
-        const upfront = MoveGuard.beforeStart(b)
-        if (upfront._tag === "Refuse") return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, rounds: [] } satisfies MigrateResult
         // A guest a given-back stream left in QEMU's `postmigrate` is taken out of it first
         // (`cont`, `stop`: see VmHost's leavePostmigrate), before this stream begins.
         const before = yield* host.leavePostmigrate(vm, "migrate")
         const wasRunning = before.running
+        // A guest paused before its stream (parked, or a committed move's paused source copy)
+        // stays paused until the commit: the stream pauses it no further, and the guard (core's
+        // rule) refuses it nothing on an estimate.
+        const guest: MoveGuard.Guest = { alreadyPaused: !wasRunning }
+        const upfront = MoveGuard.beforeStart(b, guest)
+        if (upfront._tag === "Refuse") return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, rounds: [] } satisfies MigrateResult
         const tracker = new M.RoundTracker()
 
         const protocol = Effect.scoped(
@@ -278,7 +282,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 if (round === null) continue
                 yield* req.onRound(round)
                 if (released || refusal !== null) continue
-                const step = MoveGuard.afterRound(tracker.rounds, b)
+                const step = MoveGuard.afterRound(tracker.rounds, b, guest)
                 // A refusal the caller overrides (it holds the move committed) pauses as a fit would.
                 const overridden = step._tag === "Refuse" && req.overBudget !== undefined && (yield* req.overBudget({ stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason }))
                 if (step._tag === "Pause" || overridden) {
@@ -319,7 +323,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                 // Recorded by the caller after the check, not here: a record would lengthen the pause.
                 const late = tracker.close(tracker.lastPassQemuMs, info)
                 const finalApparent = M.finalApparentBytes(info, tracker, stopQemuMs)
-                const post = M.postCapture(tracker, captureMs, finalApparent, b)
+                const post = M.postCapture(tracker, captureMs, finalApparent, b, guest)
                 if (post._tag === "Overrun" && !(req.overBudget !== undefined && (yield* req.overBudget({ stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason })))) {
                   yield* giveBack(vm, wasRunning)
                   const pausedMs = (yield* nowMs) - pausedAtMs
@@ -366,6 +370,7 @@ export const make = (config: QemuConfig): Effect.Effect<QemuRuntimeShape, never,
                   unreported: late === null ? [] : [late],
                   final: { kind: "final", wireBytes: Math.round(MoveGuard.finalWireEstimate(tracker.rounds, { captureMs, apparentBytes: finalApparent })), apparentBytes: Math.round(finalApparent), sendMs: 0, captureMs },
                   estimateMs: post.estimateMs,
+                  alreadyPaused: !wasRunning,
                   pausedAtMs,
                   captureMs,
                   selfConverged: !released,

@@ -109,4 +109,26 @@ describe.skipIf(!runQemuTests)("a guest paused before its stream, on real QEMU",
       yield* rt.destroy(guest.vmId)
       yield* awaitTick(hosts.B.rt.consolePath(guest.vmId), continuedFrom(before), "counter on the target")
     }))
+
+  it.live("a budget no move of the running guest fits refuses it before any stream; the parked guest is held to none (its stream pauses it no further) and continues on the target", () =>
+    Effect.gen(function* () {
+      const { rt } = hosts.B
+      const tiny: MoveBudget = { maxDowntimeMs: 1, commitAllowanceMs: 400, maxPreCopyRounds: 8 }
+      const running = yield* rt.migrate(guest.vmId, { moveId: "m-still-3", endpoint: yield* hosts.A.rt.prepareIncoming(guest, "m-still-3"), budget: tiny, onRound: () => Effect.void })
+      assert.strictEqual(running._tag, "Refused")
+      yield* hosts.A.rt.destroy(guest.vmId)
+      yield* rt.park(guest.vmId)
+      const before = lastTick(rt)
+      const endpoint = yield* hosts.A.rt.prepareIncoming(guest, "m-still-4")
+      const at = yield* rt.migrate(guest.vmId, { moveId: "m-still-4", endpoint, budget: tiny, onRound: () => Effect.void })
+      assert.strictEqual(at._tag, "AtSwitchover", JSON.stringify(at))
+      if (at._tag !== "AtSwitchover") return
+      assert.isTrue(at.alreadyPaused)
+      assert.isAbove(at.estimateMs, tiny.maxDowntimeMs, "the estimate is made and reported all the same")
+      const sent = yield* at.switchover
+      assert.isNull(sent.runtimeDowntimeMs)
+      yield* hosts.A.rt.commitIncoming(guest.vmId)
+      yield* rt.destroy(guest.vmId)
+      yield* awaitTick(hosts.A.rt.consolePath(guest.vmId), continuedFrom(before), "counter on the target")
+    }))
 })

@@ -1,16 +1,30 @@
 /**
  * The downtime guard as every runtime applies it (SPEC §5): when pre-copy may stop, whether the
- * move may pause, and whether a paused move may switch over. The estimates are `@engram/core`'s
- * `Downtime` (one copy of the arithmetic); this module only picks its inputs from the rounds a
- * runtime measured and words the refusals. Pure functions over plain data.
+ * move may pause, and whether a paused move may switch over. The estimates and the rule are
+ * `@engram/core`'s `Downtime` (one copy of the arithmetic, and of the rule that a guest paused
+ * before its move is never refused: `Downtime.check`'s `alreadyPaused`); this module only picks
+ * its inputs from the rounds a runtime measured and words the refusals. Pure functions over
+ * plain data.
  */
 import { Downtime } from "@engram/core"
 import type { MoveBudget, MoveRound } from "./Runtime.js"
 
+/**
+ * The guest as its move began: `alreadyPaused`, paused before it (parked in RAM, or a committed
+ * move's paused source copy streamed again), so its stream pauses it no further and no estimate
+ * refuses it. The runtime knows it (its own VM's state when `migrate` began).
+ */
+export interface Guest {
+  readonly alreadyPaused: boolean
+}
+
+/** A guest that runs when its move begins: the move pauses it, the guard bounds that pause. */
+export const running: Guest = Object.freeze({ alreadyPaused: false })
+
 /** What the source does after a round. */
 export type Step =
   | { readonly _tag: "Continue" }
-  /** The pre-pause estimate fits: pause and take the final round. */
+  /** The pre-pause estimate fits (or the guest is already paused): pause and take the final round. */
   | { readonly _tag: "Pause"; readonly estimateMs: number }
   /** The pre-pause estimate does not fit and pre-copy is over: refuse before pausing. */
   | { readonly _tag: "Refuse"; readonly estimateMs: number; readonly reason: string }
@@ -23,11 +37,12 @@ const prePauseReason = (estimateMs: number, b: MoveBudget) =>
 
 /**
  * Before any round: even an empty final round costs the commit allowance, so a budget below it
- * is refused before the move starts (`Downtime`'s pre-pause estimate with no bytes to send).
+ * is refused before the move starts (`Downtime`'s pre-pause estimate with no bytes to send); a
+ * guest already paused is not.
  */
-export const beforeStart = (b: MoveBudget): Step => {
-  const v = Downtime.check({ lastDeltaWireBytes: 0, rateBytesPerMs: 0, commitAllowanceMs: b.commitAllowanceMs, maxDowntimeMs: b.maxDowntimeMs })
-  return v._tag === "Fits" ? { _tag: "Continue" } : { _tag: "Refuse", estimateMs: v.estimateMs, reason: prePauseReason(v.estimateMs, b) }
+export const beforeStart = (b: MoveBudget, guest: Guest = running): Step => {
+  const v = Downtime.check({ lastDeltaWireBytes: 0, rateBytesPerMs: 0, commitAllowanceMs: b.commitAllowanceMs, maxDowntimeMs: b.maxDowntimeMs, alreadyPaused: guest.alreadyPaused })
+  return Downtime.refuses(v) ? { _tag: "Refuse", estimateMs: v.estimateMs, reason: prePauseReason(v.estimateMs, b) } : { _tag: "Continue" }
 }
 
 /**
@@ -52,17 +67,24 @@ export const prePauseEstimateMs = (rounds: readonly MoveRound[], b: MoveBudget):
  * After a pre-copy round: go on while the dirty set shrinks (a full round, then deltas; stop at
  * the first delta not smaller than the one before, an empty delta, or `maxPreCopyRounds` rounds
  * with the full one), then check the pre-pause estimate: the last delta's wire bytes at the
- * rounds' rate plus the commit allowance.
+ * rounds' rate plus the commit allowance (a guest already paused takes its final round
+ * whatever the estimate).
  */
-export const afterRound = (rounds: readonly MoveRound[], b: MoveBudget): Step => {
+export const afterRound = (rounds: readonly MoveRound[], b: MoveBudget, guest: Guest = running): Step => {
   const deltas = rounds.filter((r) => r.kind === "delta")
   const last = deltas.at(-1)
   if (last === undefined) return { _tag: "Continue" }
   const before = deltas.at(-2)
   const shrank = before === undefined || last.apparentBytes < before.apparentBytes
   if (rounds.length < Math.max(2, b.maxPreCopyRounds) && shrank && last.apparentBytes > 0) return { _tag: "Continue" }
-  const estimateMs = prePauseEstimateMs(rounds, b)
-  return estimateMs <= b.maxDowntimeMs ? { _tag: "Pause", estimateMs } : { _tag: "Refuse", estimateMs, reason: prePauseReason(estimateMs, b) }
+  const v = Downtime.check({
+    lastDeltaWireBytes: lastDelta(rounds)?.wireBytes ?? 0,
+    rateBytesPerMs: rateBytesPerMs(rounds),
+    commitAllowanceMs: b.commitAllowanceMs,
+    maxDowntimeMs: b.maxDowntimeMs,
+    alreadyPaused: guest.alreadyPaused,
+  })
+  return Downtime.refuses(v) ? { _tag: "Refuse", estimateMs: v.estimateMs, reason: prePauseReason(v.estimateMs, b) } : { _tag: "Pause", estimateMs: v.estimateMs }
 }
 
 /** The final round as measured with the guest paused, before it is sent. */
@@ -73,16 +95,20 @@ export interface FinalCapture {
   readonly apparentBytes: number
 }
 
-/** The post-capture verdict, with the refusal's words when it does not fit. */
+/**
+ * The post-capture verdict, with the refusal's words when it does not fit; `AlreadyPaused`: the
+ * guest was paused before the move, which switches over whatever the estimate.
+ */
 export type PostCapture =
   | { readonly _tag: "Fits"; readonly estimateMs: number }
+  | { readonly _tag: "AlreadyPaused"; readonly estimateMs: number }
   | { readonly _tag: "Overrun"; readonly estimateMs: number; readonly reason: string }
 
 /**
  * After the final capture, guest paused: capture time + the final round's wire bytes (the last
  * delta's plus the final round's growth in apparent size) at the rounds' rate + the allowance.
  */
-export const postCapture = (rounds: readonly MoveRound[], final: FinalCapture, b: MoveBudget): PostCapture => {
+export const postCapture = (rounds: readonly MoveRound[], final: FinalCapture, b: MoveBudget, guest: Guest = running): PostCapture => {
   const last = lastDelta(rounds)
   const v = Downtime.check({
     captureMs: final.captureMs,
@@ -92,8 +118,9 @@ export const postCapture = (rounds: readonly MoveRound[], final: FinalCapture, b
     rateBytesPerMs: rateBytesPerMs(rounds),
     commitAllowanceMs: b.commitAllowanceMs,
     maxDowntimeMs: b.maxDowntimeMs,
+    alreadyPaused: guest.alreadyPaused,
   })
-  return v._tag === "Fits"
+  return v._tag !== "Overrun"
     ? v
     : {
         _tag: "Overrun",

@@ -10,9 +10,10 @@
  * the runtime under a name; a VM may start from it instead of booting. A live
  * move's data plane belongs to the runtime: the target's runtime prepares an incoming VM and
  * answers an endpoint; the source's runtime streams the VM to that endpoint, reports each
- * pre-copy round, applies the downtime guard (`MoveGuard`, over `@engram/core`'s `Downtime`)
- * and stops with the guest paused at the post-capture check point, so the agent records the
- * final round with the coordinator before anything is switched over.
+ * pre-copy round, applies the downtime guard (`MoveGuard`, over `@engram/core`'s `Downtime`;
+ * it knows whether the guest was paused before the move, and then refuses nothing on an
+ * estimate) and stops with the guest paused at the post-capture check point, so the agent
+ * records the final round with the coordinator before anything is switched over.
  */
 import { Clock, Context, Effect, Schema } from "effect"
 
@@ -253,9 +254,16 @@ export interface AtSwitchover {
   readonly unreported: readonly MoveRound[]
   /** The final round: `captureMs` measured, `sendMs` 0 (not sent yet). */
   readonly final: MoveRound
-  /** The post-capture estimate that fit (or that `overBudget` let go over the budget). */
+  /** The post-capture estimate that fit (or that `overBudget` let go over the budget, or that a guest already paused was not held to). */
   readonly estimateMs: number
-  /** When the guest paused, on the runtime's Clock in ms (the downtime runs from here). */
+  /**
+   * The guest was paused when `migrate` began (parked in RAM, or a committed move's paused
+   * source copy streamed again): its stream paused it no further, so the guard refused nothing
+   * on its estimates (`MoveGuard.Guest`, core's `Downtime.check`), and `pausedAtMs` is the final
+   * capture's start, not a pause of the guest's.
+   */
+  readonly alreadyPaused: boolean
+  /** When the guest paused, on the runtime's Clock in ms (the downtime runs from here); for a guest already paused, when the final capture began. */
   readonly pausedAtMs: number
   readonly captureMs: number
   /** True when the hypervisor paused on its own before the pre-pause check could run (see the README). */

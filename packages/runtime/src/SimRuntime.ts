@@ -94,7 +94,7 @@ export interface SimStats {
 /** The simulated runtime: the interface plus what tests inspect. */
 export interface SimRuntimeShape extends VmRuntimeShape {
   readonly config: SimConfig
-  /** Pauses taken for moves (the guard's "never paused" is `pauses` unchanged). */
+  /** Pauses taken for moves (the guard's "never paused" is `pauses` unchanged); a move of a guest already paused takes none. */
   readonly pauses: Ref.Ref<number>
   readonly stats: (vmId: string) => Effect.Effect<VmInfo & SimStats, RuntimeError>
   /** The modeled guest does some work now: busy again for `guestBusyMs` (its CPU time grows). */
@@ -246,13 +246,15 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
         const b = req.budget
         if (req.endpoint.runtime !== "sim") return yield* fail("migrate", vmId, `a ${req.endpoint.runtime} endpoint cannot take a simulated VM`)
         const vm = yield* get("migrate", vmId)
-        const upfront = MoveGuard.beforeStart(b)
+        // A paused copy migrated (a parked guest, a committed move's stream sent again) stays
+        // paused when the pause is given back: only a guest that ran when the move began runs
+        // again. Its move pauses it no further, so the guard refuses it nothing on an estimate.
+        const wasRunning = vm.status === "running"
+        const guest: MoveGuard.Guest = { alreadyPaused: !wasRunning }
+        const upfront = MoveGuard.beforeStart(b, guest)
         if (upfront._tag === "Refuse") return { _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, rounds: [] } as MigrateResult
         const rounds: MoveRound[] = []
         let pausedAt: number | null = null
-        // A paused copy migrated (a committed move's stream sent again) stays paused when the
-        // pause is given back: only a guest that ran when the move began runs again.
-        const wasRunning = vm.status === "running"
         const frame = (kind: MoveRound["kind"], c: { seq: number; apparentBytes: number; wireBytes: number }): SimWire.SimFrame => ({
           vmId,
           moveId: req.moveId,
@@ -283,7 +285,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           const [full, fullMs] = yield* fullCapture(vmId)
           yield* preCopy("full", full, fullMs)
           for (;;) {
-            const step = MoveGuard.afterRound(rounds, b)
+            const step = MoveGuard.afterRound(rounds, b, guest)
             if (step._tag === "Refuse") {
               // The caller may hold the move committed: then it goes on over budget.
               if (req.overBudget !== undefined && (yield* req.overBudget({ stage: "pre-pause", estimateMs: step.estimateMs, reason: step.reason }))) break
@@ -297,13 +299,14 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
           // The guest still runs: the caller's last word before the pause.
           if (req.beforePause !== undefined) yield* req.beforePause
           if (cfg.pauseDelayMs > 0) yield* sleepMs(cfg.pauseDelayMs)
-          // Paused: the downtime runs from here to the target's resume.
+          // Paused: the downtime runs from here to the target's resume (a guest already paused
+          // is not paused again: no pause of the move's own is counted).
           const paused = yield* now
           pausedAt = paused
-          yield* Ref.update(pauses, (n) => n + 1)
+          if (wasRunning) yield* Ref.update(pauses, (n) => n + 1)
           yield* setStatus(vmId, "paused")
           const [final, captureMs] = yield* deltaCapture(vmId, "final")
-          const post = MoveGuard.postCapture(rounds, { captureMs, apparentBytes: final.apparentBytes }, b)
+          const post = MoveGuard.postCapture(rounds, { captureMs, apparentBytes: final.apparentBytes }, b, guest)
           if (post._tag === "Overrun" && !(req.overBudget !== undefined && (yield* req.overBudget({ stage: "post-capture", estimateMs: post.estimateMs, reason: post.reason })))) {
             yield* giveBack
             const pausedMs = (yield* now) - paused
@@ -316,6 +319,7 @@ export const make = (config: Partial<SimConfig> = {}, wire: SimWire.SimWire = Si
             unreported: [],
             final: { kind: "final", wireBytes: final.wireBytes, apparentBytes: final.apparentBytes, sendMs: 0, captureMs },
             estimateMs: post.estimateMs,
+            alreadyPaused: !wasRunning,
             pausedAtMs: paused,
             captureMs,
             selfConverged: false,

@@ -49,3 +49,21 @@ describe("the post-capture check", () => {
     if (v._tag === "Overrun") expect(v.reason).toMatch(/^ErrMoveDowntime: post-capture estimate 650 ms > maxDowntimeMs 600 ms \(final capture 150 ms\)/)
   })
 })
+
+describe("a guest paused before its move (core's rule: its move pauses it no further)", () => {
+  const paused: MoveGuard.Guest = { alreadyPaused: true }
+  const rounds = [round("full", 1e6, 1e6, 1000), round("delta", 150_000, 150_000, 150), round("delta", 150_000, 150_000, 150)]
+  it("is refused at no stage, each estimate made as for a running guest", () => {
+    expect(MoveGuard.beforeStart({ ...b, maxDowntimeMs: 1 }, paused)).toEqual({ _tag: "Continue" })
+    expect(MoveGuard.afterRound(rounds, { ...b, maxDowntimeMs: 500 }, paused)).toEqual({ _tag: "Pause", estimateMs: 550 })
+    const final = { captureMs: 150, apparentBytes: 0 }
+    expect(MoveGuard.postCapture(rounds, final, b, paused)).toEqual({ _tag: "AlreadyPaused", estimateMs: 700 })
+    // The same, the guest running (the default).
+    expect(MoveGuard.beforeStart({ ...b, maxDowntimeMs: 1 }, MoveGuard.running)._tag).toBe("Refuse")
+    expect(MoveGuard.afterRound(rounds, { ...b, maxDowntimeMs: 500 })._tag).toBe("Refuse")
+    expect(MoveGuard.postCapture(rounds, final, b)._tag).toBe("Overrun")
+  })
+  it("still copies while the deltas shrink: only the estimate's refusal is waived", () => {
+    expect(MoveGuard.afterRound([round("full", 1e6), round("delta", 1e5)], b, paused)._tag).toBe("Continue")
+  })
+})

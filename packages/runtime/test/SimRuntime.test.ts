@@ -257,3 +257,48 @@ describe("the TCP wire", () => {
       assert.match(e.message, /ECONNREFUSED|refused/)
     }))
 })
+
+describe("a guest paused before its move (parked in RAM): the move pauses it no further, so no estimate refuses it", () => {
+  const spec = { vmId: "s1", memMib: 4096, vcpus: 2 }
+  for (const c of [
+    { stage: "before the start", source: {}, maxDowntimeMs: 300, running: "pre-pause" },
+    // The parked guest's rounds estimate a hair over 400 ms (an empty delta): over a 400 ms budget, not the 400 ms allowance alone.
+    { stage: "pre-pause", source: {}, maxDowntimeMs: 400, running: "pre-pause" },
+    { stage: "post-capture", source: { finalCaptureExtraMs: 300 }, maxDowntimeMs: 600, running: "post-capture" },
+  ] as const)
+    it.effect(`${c.stage} (${c.maxDowntimeMs} ms): refused for the running guest; the parked one switches over, its estimate reported, and resumes on the target`, () =>
+      Effect.gen(function* () {
+        // The running guest: refused at that stage.
+        const ran = yield* twoHosts(c.source)
+        const refused = yield* onClock(Move.between(ran.a, ran.b, "s1", { moveId: "m1", budget: budget(c.maxDowntimeMs) }))
+        assert.strictEqual(refused._tag, "Refused")
+        if (refused._tag === "Refused") assert.strictEqual(refused.stage, c.running)
+
+        // The same move of the guest parked: no override asked, it switches over.
+        const { a, b } = yield* twoHosts(c.source)
+        yield* a.park("s1")
+        const asked: string[] = []
+        const endpoint = yield* b.prepareIncoming(spec, "m2")
+        const out = yield* onClock(
+          a.migrate("s1", { moveId: "m2", endpoint, budget: budget(c.maxDowntimeMs), onRound: () => Effect.void, overBudget: (r) => Effect.sync(() => (asked.push(r.stage), false)) }),
+        )
+        assert.strictEqual(out._tag, "AtSwitchover", JSON.stringify(out._tag === "AtSwitchover" ? null : out))
+        if (out._tag !== "AtSwitchover") return
+        assert.deepStrictEqual(asked, [], "nothing to override: the guard refused nothing")
+        assert.isTrue(out.alreadyPaused)
+        assert.isTrue(out.estimateMs > c.maxDowntimeMs, `the estimate is still made and reported: ${out.estimateMs}`)
+        const sent = yield* onClock(out.switchover)
+        assert.isNull(sent.runtimeDowntimeMs)
+        assert.strictEqual((yield* onClock(b.commitIncoming("s1"))).status, "running")
+        assert.strictEqual(yield* Ref.get(a.pauses), 0, "no pause of the move's own")
+      }))
+
+  it.effect("a running guest's switchover says it was not paused before", () =>
+    Effect.gen(function* () {
+      const { a, b } = yield* twoHosts()
+      const out = yield* onClock(a.migrate("s1", { moveId: "m1", endpoint: yield* b.prepareIncoming(spec, "m1"), budget: budget(600), onRound: () => Effect.void }))
+      assert.strictEqual(out._tag, "AtSwitchover")
+      if (out._tag === "AtSwitchover") assert.isFalse(out.alreadyPaused)
+      assert.strictEqual(yield* Ref.get(a.pauses), 1)
+    }))
+})
