@@ -99,8 +99,15 @@ export type MoveOutcome =
       readonly _tag: "Committed"
       readonly phases: PhasesReport
       readonly rounds: readonly RoundReport[]
-      /** The hypervisor's own figure for the pause (QEMU's `downtime`), when it has one. */
+      /** The hypervisor's own figure for the pause (QEMU's `downtime`), when it has one (never for a guest `alreadyPaused`). */
       readonly runtimeDowntimeMs: number | null
+      /**
+       * The guest was paused before the move began (parked in RAM): the move paused it no
+       * further, so the guard held it to no budget (its estimate is reported all the same), and
+       * the phases time the switchover, final capture to the target's resume, not a pause the
+       * move caused.
+       */
+      readonly alreadyPaused: boolean
       /** Where the pause went, part by part; null for a commit confirmed on a later pass. */
       readonly pause: PauseParts | null
       /** What the guard decided on (the allowance it used and where it came from, its estimate) and how far off each was. */
@@ -419,8 +426,10 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
 
     const budget = { maxDowntimeMs: move.maxDowntimeMs, commitAllowanceMs: deps.allowance.allowanceMs, maxPreCopyRounds: deps.maxPreCopyRounds }
     const protocol = Effect.gen(function* () {
-      // A budget below the allowance alone is refused before the target starts anything.
-      const upfront = MoveGuard.beforeStart(budget)
+      // A budget below the allowance alone is refused before the target starts anything, unless
+      // the guest is paused already (parked): its move pauses it no further (core's
+      // `Downtime.check`). The runtime judges again from its own VM's state once it streams.
+      const upfront = MoveGuard.beforeStart(budget, { alreadyPaused: vm.status === "paused" })
       if (upfront._tag === "Refuse") {
         return abandoned(yield* abandon(upfront.reason, upfront.estimateMs), () => ({ _tag: "Refused", stage: "pre-pause", estimateMs: upfront.estimateMs, reason: upfront.reason, paused: false, rounds }))
       }
@@ -703,7 +712,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       const owedNow: PendingCommit = figures === null ? settled.owed : { ...settled.owed, finalRecorded: figures._tag === "Success" }
       if (figures?._tag === "Success") yield* residents.addPendingCommit(owedNow)
       rounds.push(...late, measured)
-      return { _tag: "Confirmed", owed: owedNow, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs } as const
+      return { _tag: "Confirmed", owed: owedNow, runtimeDowntimeMs: sent.r.success.runtimeDowntimeMs, pause, estimateMs: at.estimateMs, alreadyPaused: at.alreadyPaused } as const
     })
 
     const outcome = yield* Effect.scoped(protocol).pipe(
@@ -739,6 +748,7 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
       phases,
       rounds,
       runtimeDowntimeMs: outcome.runtimeDowntimeMs,
+      alreadyPaused: outcome.alreadyPaused,
       pause: outcome.pause,
       guard: CoreMove.guardOf(reportOf(deps.allowance, outcome.estimateMs), phases),
     } as const
@@ -1238,7 +1248,9 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit) =>
 
 /**
  * The budget of a stream sent again (`settleResend`): the guest is paused already, so its pause
- * is not the move's budget any more (the move is committed; `overBudget` lets every refusal go).
+ * is not the move's budget any more, and the runtime's guard refuses a guest already paused
+ * nothing (core's `Downtime.check`); one whose park failed (it runs) is let go by `overBudget`
+ * (the move is committed). The long budget bounds the final round's send.
  */
 const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreCopyRounds: 2 }
 

@@ -222,6 +222,7 @@ describe("MoveSource.runSource, a pause the runtime could not give back", () => 
         unreported: [],
         final: { kind: "final", wireBytes: 10, apparentBytes: 10, sendMs: 0, captureMs: 1 },
         estimateMs: 10,
+        alreadyPaused: false,
         pausedAtMs: 0,
         captureMs: 1,
         selfConverged: true,
