@@ -109,6 +109,7 @@ const reclaimedTopics = (r: ReclaimResult): (string | null)[] => [
   ...r.lostSessions.map(sessionTopic),
   ...r.closedMoves.flatMap((m) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)]),
   ...r.imageHostIds.map(hostTopic),
+  ...(r.returned ?? []).flatMap((x) => [hostTopic(x.hostId), sessionTopic(x.sessionId)]),
 ]
 
 /**
@@ -116,9 +117,14 @@ const reclaimedTopics = (r: ReclaimResult): (string | null)[] => [
  * stopped heartbeating, or a reservation expired), naming the hosts, else info.
  */
 const logReclaimed = (context: string, r: ReclaimResult) => {
-  const fields = { count: r.reclaimed.length, hosts: [...new Set(r.reclaimed.map((x) => x.hostId))].sort(), lostSessions: r.lostSessions }
-  return r.lostSessions.length > 0
-    ? Effect.logWarning(`${context}: reclaimed reservations; ${r.lostSessions.length} session${r.lostSessions.length === 1 ? "" : "s"} lost (stale heartbeats or expired reservations)`, fields)
+  const fields = {
+    count: r.reclaimed.length,
+    hosts: [...new Set(r.reclaimed.map((x) => x.hostId))].sort(),
+    lostSessions: r.lostSessions,
+    ...(r.returned === undefined ? {} : { returnedToSource: r.returned.map((x) => `${x.sessionId}@${x.hostId}`) }),
+  }
+  return r.lostSessions.length > 0 || r.returned !== undefined
+    ? Effect.logWarning(`${context}: reclaimed reservations; ${r.lostSessions.length} session${r.lostSessions.length === 1 ? "" : "s"} lost (stale heartbeats or expired reservations)${r.returned === undefined ? "" : `, ${r.returned.length} sent back to the source of the move that brought them (it may hold their paused copy)`}`, fields)
     : Effect.logInfo(`${context}: reclaimed reservations`, fields)
 }
 

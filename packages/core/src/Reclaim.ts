@@ -9,12 +9,21 @@
  * aborted explicitly (SPEC §13); a silent peer only delays that. Entries are judged in id order, so when both of a moving session's entries are stale
  * the first one decides why the move closed; the session ends lost either way. Each session
  * change is a `Session.step`; the cascade is applied whole.
+ *
+ * One exception to `lost` (`Way`, `returnsTo`): a running session whose host is reclaimed and
+ * whose last event is its commit there by a move the source did not confirm (committed without
+ * phases: an operator's or a resolution's word) goes back to that move's source while the source
+ * is heard and has room, as a plan of its own. The source may still hold the guest's only whole
+ * copy, paused, owing the stream the target never got; placed there, its agent resumes it (and
+ * boots afresh, telling the loss, when it holds none).
  */
 import type { Entry } from "./Ledger.js"
 import * as Ledger from "./Ledger.js"
 import { defaults, type Limits } from "./Limits.js"
+import * as Headroom from "./Headroom.js"
 import * as Move from "./Move.js"
 import { byId } from "./Order.js"
+import * as Placement from "./Placement.js"
 import * as Plan from "./Plan.js"
 import * as Session from "./Session.js"
 
@@ -40,6 +49,35 @@ export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limit
   return { doomed, sessionIds: [...sessionIds].sort(), moveIds: [...moveIds].sort() }
 }
 
+/**
+ * The source host a reclaimed session may go back to (`returnsTo`), judged on what the store read:
+ * the session running on the host of the reclaimed entry, its last event (newest in its history)
+ * the `Moved` that committed it there without the source's phases. Null: it ends lost, as any.
+ * A store reads the source's row (`Way`) only for these.
+ */
+export const wayBackOf = (s: Session.Record, entry: Pick<Entry, "id" | "hostId">, lastEvent: Session.Event | undefined): string | null =>
+  s.state === "running" &&
+  s.reservationId === entry.id &&
+  s.hostId === entry.hostId &&
+  lastEvent?._tag === "Moved" &&
+  lastEvent.toHostId === entry.hostId &&
+  lastEvent.fromHostId !== entry.hostId &&
+  lastEvent.phases === null
+    ? lastEvent.fromHostId
+    : null
+
+/** A session's way back to its move's source, as the store read it (`wayBackOf` named the source). */
+export interface Way {
+  readonly sessionId: string
+  /** The session's last event, read with it: `decide` judges `wayBackOf` again on it. */
+  readonly lastEvent: Session.Event
+  /** The source as placement sees it now, and the version of its row read (the plan's `host`). */
+  readonly source: Placement.Candidate
+  readonly version: number
+  /** The id of the reservation the session takes on the source. */
+  readonly reservationId: string
+}
+
 /** What the pass reads: the candidate entries, and the sessions and open moves they may touch. */
 export interface Input<E extends Entry = Entry> {
   /** Entries to judge; those neither expired nor stale stay (pass every entry, or those read as suspects). */
@@ -48,6 +86,8 @@ export interface Input<E extends Entry = Entry> {
   readonly sessions: Iterable<Session.Record>
   /** The pending moves owned by a doomed move entry or belonging to one of those sessions. */
   readonly openMoves: Iterable<Move.Record>
+  /** The ways back (`Way`) of the sessions `wayBackOf` names a source for; absent: none, every such session is lost. */
+  readonly ways?: Iterable<Way> | undefined
 }
 
 /** A reclaim pass, decided. */
@@ -56,10 +96,19 @@ export interface Decided<E extends Entry = Entry> {
   readonly plan: Plan.Plan
   /** The expired or stale entries removed (counted as reclaimed), sorted by id. */
   readonly reclaimed: readonly E[]
-  /** The stale entries held for an in-doubt move (left in place, judged again next pass), sorted by id. */
+  /**
+   * The stale entries held for an in-doubt move, or for a way back to a source whose own entries
+   * this pass reclaims (left in place, judged again next pass), sorted by id.
+   */
   readonly held: readonly E[]
   /** The sessions made lost, sorted. */
   readonly lostSessions: readonly string[]
+  /**
+   * The sessions sent back to their move's source, sorted by session id, each with its plan
+   * (`returnsTo`): applied with `plan` in one group; a plan left out (the source's row changed) is
+   * the pass to run again. Their reclaimed entries are in `reclaimed`, released by their plans.
+   */
+  readonly returned: readonly { readonly sessionId: string; readonly hostId: string; readonly plan: Plan.Plan }[]
   /**
    * The open moves the pass closed (a lost session's, or one whose target's entry went), sorted
    * by id: their targets' agents and their waiters are owed a notice, and a target's entry may
@@ -97,6 +146,30 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
   const lost: string[] = []
   const events: Plan.Happened[] = []
   const held: E[] = []
+  const ways = new Map<string, Way>()
+  for (const w of input.ways ?? []) ways.set(w.sessionId, w)
+  const returned: { sessionId: string; hostId: string; plan: Plan.Plan }[] = []
+  /** What the pass's returns took on each source so far: two returns to one host never share its room. */
+  const taken = new Map<string, { readonly budget: Headroom.Budget; readonly entries: number }>()
+  /** The hosts of the doomed entries: a plan relying on one of them would share its sums with the pass's own plan (`Plan.checkGroup`). */
+  const doomedHosts = new Set(doomed.map((e) => e.hostId))
+  /**
+   * The plan sending the session of entry `e` back to its move's source; null: it has no way back,
+   * or no room there; `hold`: the source has entries of its own reclaimed in this pass, so the
+   * entry is held and judged again on the next pass, when they are gone.
+   */
+  const returnOf = (s: Session.Record, e: E): Plan.Plan | "hold" | null => {
+    const way = ways.get(s.id)
+    if (way === undefined || openOf.has(s.id)) return null
+    const sourceId = wayBackOf(s, e, way.lastEvent)
+    if (sourceId === null || way.source.id !== sourceId) return null
+    if (doomedHosts.has(sourceId)) return "hold"
+    const before = taken.get(sourceId) ?? { budget: Headroom.zero, entries: 0 }
+    const room: Placement.Candidate = { ...way.source, entries: (way.source.entries ?? 0) + before.entries, headroom: { ...way.source.headroom, reserved: Headroom.add(way.source.headroom.reserved, before.budget) } }
+    if (room.reportedAt == null || Placement.isSilent(room, now, limits) || !Placement.fitsOn(room, s.budget, limits)) return null
+    taken.set(sourceId, { budget: Headroom.add(before.budget, s.budget), entries: before.entries + 1 })
+    return returnsTo(s, way, now)
+  }
   /** Whether the entry belongs to an in-doubt move: its session's own, or its target's. */
   const ofMoveInDoubt = (e: E): boolean => {
     if (e.ownerKind === "move") {
@@ -135,7 +208,18 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
     }
     if (e.ownerKind === "session") {
       const s = current.get(e.ownerId)
-      if (s !== undefined && s.reservationId === e.id) {
+      const back = s === undefined ? null : returnOf(s, e)
+      if (back === "hold") {
+        held.push(e)
+        continue
+      }
+      if (s !== undefined && back !== null) {
+        // The entry is released by the pass's own plan (a plan relying on the source releases nothing elsewhere).
+        removed.add(e.id)
+        ledger.push(Plan.release(e, "reclaimed"))
+        returned.push({ sessionId: s.id, hostId: back.host!.hostId, plan: back })
+        continue
+      } else if (s !== undefined && s.reservationId === e.id) {
         const m = openOf.get(s.id) ?? null
         const lose: Session.Step = { _tag: "lose", openMove: m, targetReclaimed: m !== null && doomedIds.has(m.reservationId) }
         if (take(s.id, Session.step(s, lose, now))) lost.push(s.id)
@@ -181,10 +265,26 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
     reclaimed: doomed.filter((e) => !heldIds.has(e.id)),
     held,
     lostSessions: lost.sort(),
+    returned: returned.sort((a, b) => byId({ id: a.sessionId }, { id: b.sessionId })),
     closedMoves: [...closed.values()].sort(byId),
     imageHostIds,
   }
 }
+
+/**
+ * The plan that sends a session whose entry (on its move's target) is reclaimed back to the move's
+ * source (`way`): a new entry on the source (at the version of its row read), the session running
+ * there; the pass's own plan releases the reclaimed entry. Its state stays `running`: on the source its agent
+ * resumes the paused copy it holds (a copy it owes the target, which never got its stream), or
+ * boots it afresh and tells the loss when it holds none.
+ */
+const returnsTo = (s: Session.Record, way: Way, now: number): Plan.Plan =>
+  Plan.make(now, {
+    sessions: [{ record: { ...s, hostId: way.source.id, reservationId: way.reservationId, updatedAt: now }, from: s.state }],
+    ledger: [{ _tag: "Reserve", entry: Ledger.entryOf({ id: way.reservationId, hostId: way.source.id, ownerKind: "session", ownerId: s.id, memMib: s.budget.memMib, vcpus: s.budget.vcpus }, now) }],
+    events: [{ sessionId: s.id, event: { _tag: "Running", hostId: way.source.id } }],
+    host: { hostId: way.source.id, version: way.version },
+  })
 
 /**
  * The failover grace (Nomad's `failover_heartbeat_ttl`): when the coordinator side was down

@@ -4,8 +4,9 @@
  * moves), summaries and the cumulative metrics. Reservations, releases and reclaims are plans
  * the apply writes; heartbeats only renew a time.
  */
+import { randomUUID } from "node:crypto"
 import { Ledger, Order, Reclaim } from "@engram/core"
-import type { LedgerEntry } from "@engram/core"
+import type { LedgerEntry, Session } from "@engram/core"
 import { Conflict, CurrentFence, Cursor, NotFound, Refused, Validate } from "@engram/store"
 import type { Fence, ReclaimResult, Reservation, ReserveInput, StoreShape } from "@engram/store"
 import { and, asc, eq, gt, lt, or, sql } from "drizzle-orm"
@@ -190,6 +191,37 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
       )
     })
 
+  /**
+   * The ways back to a move's source that core names for the doomed session entries
+   * (`Reclaim.wayBackOf` on each session's newest event, read walking its history's primary key
+   * backwards), each with its source's row as read now (no lock: the apply checks its version).
+   */
+  const waysOf = (tx: Tx, doomed: readonly Reservation[], locked: readonly Session.Record[]) =>
+    Effect.gen(function* () {
+      const byId = new Map(locked.map((s) => [s.id, s]))
+      const running = doomed.flatMap((e) => {
+        const s = e.ownerKind === "session" ? byId.get(e.ownerId) : undefined
+        return s !== undefined && s.state === "running" && s.reservationId === e.id ? [{ e, s }] : []
+      })
+      if (running.length === 0) return []
+      const lastRows = yield* tx.query<{ session_id: string; event: Session.Event }>(
+        sql`select s.id as session_id, (select e.event from session_events e where e.session_id = s.id order by e.seq desc limit 1) as event
+            from sessions s where ${anyJson(sql`s.id`, running.map((r) => r.s.id))}`,
+      )
+      const lastOf = new Map(lastRows.map((r) => [r.session_id, r.event]))
+      const wanted = running.flatMap(({ e, s }) => {
+        const lastEvent = lastOf.get(s.id) ?? undefined
+        const sourceId = Reclaim.wayBackOf(s, e, lastEvent)
+        return sourceId === null || lastEvent === undefined ? [] : [{ sessionId: s.id, lastEvent, sourceId }]
+      })
+      if (wanted.length === 0) return []
+      const rows = new Map((yield* readHostRows(tx, { hostIds: [...new Set(wanted.map((w) => w.sourceId))].sort(), columns: "room" })).map((r) => [r.id, r]))
+      return wanted.flatMap((w): Reclaim.Way[] => {
+        const row = rows.get(w.sourceId)
+        return row === undefined ? [] : [{ sessionId: w.sessionId, lastEvent: w.lastEvent, source: toCandidate(row, limits()), version: row.version, reservationId: randomUUID() }]
+      })
+    })
+
   const reclaim: StoreShape["reclaim"] = (options = {}) =>
     Effect.gen(function* () {
       const t = yield* now
@@ -257,12 +289,20 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
           if (wanted.sessionIds.some((id) => !lockedSessions.has(id)) || wanted.moveIds.some((id) => !lockedMoves.has(id)))
             return yield* new RunAgain({ why: "an entry changed hands" })
           if (wanted.doomed.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult
-          const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove) }, t, limits(), options)
+          const ways = yield* waysOf(tx, wanted.doomed, sessionRows.map(toSession))
+          const decided = Reclaim.decide({ entries: wanted.doomed, sessions: sessionRows.map(toSession), openMoves: moveRows.map(toMove), ways }, t, limits(), options)
           // Only entries held for in-doubt moves: nothing to write.
           if (decided.reclaimed.length === 0) return { reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] } satisfies ReclaimResult
-          const [outcome] = yield* apply(tx, cache, [decided.plan])
-          if (outcome?._tag !== "Applied") return yield* new RunAgain({ why: "a session changed under its lock" })
-          return { reclaimed: [...decided.reclaimed].sort(Order.byId), lostSessions: [...decided.lostSessions], closedMoves: [...decided.closedMoves], imageHostIds: [...decided.imageHostIds] } satisfies ReclaimResult
+          const outcomes = yield* apply(tx, cache, [decided.plan, ...decided.returned.map((r) => r.plan)])
+          // A session changed under its lock, or a source's room since its row was read (a return's host version).
+          if (outcomes.some((o) => o._tag !== "Applied")) return yield* new RunAgain({ why: "a session or a source's room changed under the reclaim" })
+          return {
+            reclaimed: [...decided.reclaimed].sort(Order.byId),
+            lostSessions: [...decided.lostSessions],
+            closedMoves: [...decided.closedMoves],
+            imageHostIds: [...decided.imageHostIds],
+            ...(decided.returned.length === 0 ? {} : { returned: decided.returned.map((r) => ({ sessionId: r.sessionId, hostId: r.hostId })) }),
+          } satisfies ReclaimResult
         }),
       )
     }).pipe(dieOnUnique)

@@ -1046,9 +1046,26 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
           const s = sessions.get(id)
           if (s !== undefined) involved.set(id, s)
         }
-        const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf) }, t, limits, options)
-        applyNow(decided.plan)
-        return { reclaimed: [...decided.reclaimed], lostSessions: [...decided.lostSessions], closedMoves: [...decided.closedMoves], imageHostIds: [...decided.imageHostIds] } satisfies ReclaimResult
+        // The ways back to a move's source core names (`Reclaim.wayBackOf`), with the source's row.
+        const ways: Reclaim.Way[] = []
+        for (const e of wanted.doomed) {
+          const s = e.ownerKind === "session" ? involved.get(e.ownerId) : undefined
+          const lastEvent = s === undefined ? undefined : history.get(s.id)?.at(-1)?.event
+          const sourceId = s === undefined ? null : Reclaim.wayBackOf(sessionOf(s), e, lastEvent)
+          const source = sourceId === null ? undefined : hosts.get(sourceId)
+          if (s !== undefined && lastEvent !== undefined && source !== undefined)
+            ways.push({ sessionId: s.id, lastEvent, source: source.candidate, version: source.version, reservationId: reservationIdFor() })
+        }
+        const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf), ways }, t, limits, options)
+        for (const outcome of apply([decided.plan, ...decided.returned.map((r) => r.plan)]))
+          if (outcome !== applied) throw new Error(`store-sim: a reclaim decided now was stale (${JSON.stringify(outcome)})`)
+        return {
+          reclaimed: [...decided.reclaimed],
+          lostSessions: [...decided.lostSessions],
+          closedMoves: [...decided.closedMoves],
+          imageHostIds: [...decided.imageHostIds],
+          ...(decided.returned.length === 0 ? {} : { returned: decided.returned.map((r) => ({ sessionId: r.sessionId, hostId: r.hostId })) }),
+        } satisfies ReclaimResult
       }),
 
     clusterSummary: () =>

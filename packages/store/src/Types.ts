@@ -226,6 +226,13 @@ export interface ReclaimResult {
    * and distinct: the image is no longer theirs to keep.
    */
   readonly imageHostIds: readonly string[]
+  /**
+   * Sessions whose reservation was reclaimed but which went back to the source of the move that
+   * brought them to that host (core's `Reclaim.wayBackOf`: committed there without the source's
+   * confirmation, the source heard and with room), running there on a new reservation, by session
+   * id. Absent when none: the source's agent and the session are owed a notice.
+   */
+  readonly returned?: readonly { readonly sessionId: string; readonly hostId: string }[]
 }
 
 /**

@@ -53,6 +53,25 @@ const stillInDoubt = (session: { readonly reservationId: string | null }, move: 
     for (const h of ["src", "dst"]) expect((yield* s.getHost(h)).headroom.reserved.memMib).toBe(budget.memMib)
   })
 
+/**
+ * `s1` moved from `src` to `dst`, committed there without the source's phases (an operator's or a
+ * resolution's word: the source never confirmed the target runs the guest), then past the stale
+ * window with only `src` reporting (`dst`'s agent gone). `sourceHeard` false: `src` silent too.
+ */
+const committedUnconfirmed = (sourceHeard: boolean) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const { move } = yield* moving
+    yield* s.recordRound(move.id, finalRound)
+    yield* s.commitMove(move.id, null)
+    yield* TestClock.adjust(staleWindowMs + 1)
+    if (sourceHeard) {
+      const src = yield* s.getHost("src")
+      yield* s.reportHost("src", { ...src.report!, peerUrl: src.peerUrl })
+    }
+    return move
+  })
+
 /** A finished move refuses every change as a Conflict on the move, and nothing changes. */
 const refusesEverything = (moveId: string) =>
   Effect.gen(function* () {
@@ -311,6 +330,71 @@ export const cascades: Group = {
         expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([session.reservationId])
         expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "src", reservationId: session.reservationId, updatedAt: 5 })
         expect(yield* s.metrics()).toMatchObject({ totalReleasedMib: 2048, totalReclaimedMib: 0 })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move committed without the source's phases goes back to the source, heard and with room: running there on a new reservation, not lost",
+      Effect.gen(function* () {
+        const s = yield* store
+        const move = yield* committedUnconfirmed(true)
+        const result = yield* s.reclaim()
+        expect(result.reclaimed.map((r) => r.id)).toStrictEqual([move.reservationId])
+        expect(result.lostSessions).toStrictEqual([])
+        expect(result.returned).toStrictEqual([{ sessionId: "s1", hostId: "src" }])
+        const back = yield* s.getSession("s1")
+        expect(back).toMatchObject({ state: "running", hostId: "src" })
+        expect(back.reservationId).not.toBeNull()
+        expect(back.reservationId).not.toBe(move.reservationId)
+        expect((yield* reservationsNow(s)).map((r) => [r.id, r.hostId, r.ownerId])).toStrictEqual([[back.reservationId, "src", "s1"]])
+        expect((yield* s.getHost("src")).headroom.reserved.memMib).toBe(budget.memMib)
+        expect((yield* s.getHost("dst")).headroom.reserved.memMib).toBe(0)
+        expect(yield* s.metrics()).toMatchObject({ totalReclaimedMib: budget.memMib, activeEntries: 1 })
+        expect((yield* s.sessionEvents("s1")).items.at(-1)?.event).toStrictEqual({ _tag: "Running", hostId: "src" })
+        expect(yield* s.reclaim()).toStrictEqual({ reclaimed: [], lostSessions: [], closedMoves: [], imageHostIds: [] })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move committed without phases ends lost when its source is silent too",
+      Effect.gen(function* () {
+        const s = yield* store
+        // The source silent too.
+        yield* committedUnconfirmed(false)
+        const result = yield* s.reclaim()
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(result.returned).toBeUndefined()
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move committed without phases ends lost when its source has no room",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* committedUnconfirmed(true)
+        // The source's room taken meanwhile (its reservation live): s1 no longer fits there.
+        const filler = yield* s.reserve({ id: "filler", hostId: "src", ownerKind: "external", ownerId: "op", memMib: 3072, vcpus: 1 })
+        const result = yield* s.reclaim()
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(result.returned).toBeUndefined()
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([filler.id])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move its source confirmed (committed with phases) ends lost, its source heard and with room",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* commitAfterFinal(move.id, phases)
+        yield* TestClock.adjust(staleWindowMs + 1)
+        yield* reportAll
+        const result = yield* s.reclaim()
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(result.returned).toBeUndefined()
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
         yield* expectInvariants
       }),
     ),
