@@ -300,3 +300,60 @@ describe("Reclaim grace (the failover grace)", () => {
     expect([Reclaim.minGraceMs(120_000), Reclaim.minGraceMs(4000)]).toEqual([40_000, 1333])
   })
 })
+
+describe("a reclaimed session goes back to the source of a move committed without its phases", () => {
+  const moved = (from: string, to: string, phases: Move.Phases | null = null): Session.Event => ({ _tag: "Moved", moveId: `m-${from}`, fromHostId: from, toHostId: to, phases })
+  /** Source `src` with room for `roomMib` more, heard at `reportedAt`. */
+  const source = (roomMib: number, reportedAt: number | null = now) => ({
+    id: "src",
+    headroom: { allocatableMib: 4096, cpuBudget: 32, reserved: { memMib: 4096 - roomMib, vcpus: 0 } },
+    reportedAt,
+  })
+  const way = (sessionId: string, roomMib: number, lastEvent = moved("src", "h1"), reportedAt: number | null = now): Reclaim.Way => ({
+    sessionId,
+    lastEvent,
+    source: source(roomMib, reportedAt),
+    version: 7,
+    reservationId: `back-${sessionId}`,
+  })
+  const decide = (ways: readonly Reclaim.Way[], sessions = [session("s1", "running", "e1"), session("s2", "running", "e2")]) =>
+    Reclaim.decide({ entries: [entry("e1", "session", "s1", stale), entry("e2", "session", "s2", stale)], sessions, openMoves: [], ways }, now)
+
+  it("goes back while the source is heard and has room; two never share the last room there", () => {
+    const d = decide([way("s1", 1024), way("s2", 1024)])
+    expect(d.returned.map((r) => [r.sessionId, r.hostId])).toStrictEqual([["s1", "src"]])
+    expect(d.lostSessions).toStrictEqual(["s2"])
+    expect(d.reclaimed.map((e) => e.id)).toStrictEqual(["e1", "e2"])
+    const back = d.returned[0]!.plan
+    expect(back.host).toStrictEqual({ hostId: "src", version: 7 })
+    expect(back.sessions.map((w) => [w.record.state, w.record.hostId, w.record.reservationId, w.from])).toStrictEqual([["running", "src", "back-s1", "running"]])
+    // The pass's own plan releases both reclaimed entries; the way back only reserves on the source.
+    expect(d.plan.ledger.map((c) => [c._tag, c._tag === "Release" ? c.how : null, c._tag === "Release" ? c.id : null])).toStrictEqual([
+      ["Release", "reclaimed", "e1"],
+      ["Release", "reclaimed", "e2"],
+    ])
+    expect(d.plan.sessions.map((w) => w.record.id)).toStrictEqual(["s2"])
+  })
+
+  it("ends lost when the source is silent, unreported, full, the commit had phases, or something happened since", () => {
+    const one = (w: Reclaim.Way) => decide([w], [session("s1", "running", "e1")])
+    expect(one(way("s1", 1024, moved("src", "h1"), now - windowMs - 1)).lostSessions).toStrictEqual(["s1"])
+    expect(one(way("s1", 1024, moved("src", "h1"), null)).lostSessions).toStrictEqual(["s1"])
+    expect(one(way("s1", 512)).lostSessions).toStrictEqual(["s1"])
+    expect(one(way("s1", 1024, moved("src", "h1", { downtimeMs: 500, captureMs: 40, sendMs: 80, commitMs: 300 }))).lostSessions).toStrictEqual(["s1"])
+    expect(one(way("s1", 1024, { _tag: "Parked", hostId: "h1" })).lostSessions).toStrictEqual(["s1"])
+    expect(one(way("s1", 1024, moved("elsewhere", "h1"))).lostSessions).toStrictEqual(["s1"])
+    expect(one(way("s1", 1024)).returned.map((r) => r.sessionId)).toStrictEqual(["s1"])
+  })
+
+  it("is held, not lost, while the source's own entries are reclaimed in the same pass", () => {
+    const d = Reclaim.decide(
+      { entries: [entry("e1", "session", "s1", stale), entry("x", "external", "op", stale, "src")], sessions: [session("s1", "running", "e1")], openMoves: [], ways: [way("s1", 1024)] },
+      now,
+    )
+    expect(d.held.map((e) => e.id)).toStrictEqual(["e1"])
+    expect(d.lostSessions).toStrictEqual([])
+    expect(d.returned).toStrictEqual([])
+    expect(d.reclaimed.map((e) => e.id)).toStrictEqual(["x"])
+  })
+})
