@@ -19,6 +19,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Clock, Effect, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { resendWaitMs } from "../src/Agent.js"
+import { type MoveHeader, PeerError } from "../src/MoveTarget.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, moveBegunAToB, operatorCommitsAtIntent, type TestHost } from "./support/InProcess.js"
 import { capture } from "./support/Logs.js"
@@ -30,6 +31,8 @@ import { capture } from "./support/Logs.js"
  */
 const committedThenSendFailed = Effect.gen(function* () {
   const operator = operatorCommitsAtIntent()
+  /** Hosts gone for good: their peer server answers nothing. */
+  const dead = new Set<string>()
   const fleet = yield* makeFleet(
     [
       { hostId: "a", sim: SimRuntime.defaultSimConfig },
@@ -39,6 +42,15 @@ const committedThenSendFailed = Effect.gen(function* () {
       sendFails: (hostId) => (hostId === "a" ? 1 : 0),
       // As QEMU: the intent is taken before the first round; then the operator commits (the source frozen, unheard).
       intentFirst: operator.intentFirst,
+      wrapLink: (link) => {
+        const gone = (op: string, h: MoveHeader) => new PeerError({ op, moveId: h.moveId, message: `peer ${h.targetHostId} did not answer (its host is gone)`, refused: false })
+        return {
+          ...link,
+          prepare: (h) => (dead.has(h.targetHostId) ? Effect.fail(gone("prepare", h)) : link.prepare(h)),
+          commit: (h) => (dead.has(h.targetHostId) ? Effect.fail(gone("commit", h)) : link.commit(h)),
+          abort: (h) => (dead.has(h.targetHostId) ? Effect.fail(gone("abort", h)) : link.abort(h)),
+        }
+      },
     },
   )
   const { a, copies } = yield* moveBegunAToB(fleet)
@@ -52,7 +64,7 @@ const committedThenSendFailed = Effect.gen(function* () {
     yield* fleet.quiesce
     return b
   })
-  return { fleet, copies, onlyB }
+  return { fleet, copies, onlyB, dead }
 })
 
 describe("a committed move whose final round's send fails", () => {
@@ -109,6 +121,39 @@ describe("a committed move whose final round's send fails", () => {
         [["b", "s1"]],
         "the loss told, once, by the host the session is placed on",
       )
+    }),
+  )
+  effect("the target gone for good and the coordinator placing the session back on the source (its reclaim): the source resumes its paused copy, the guest's memory kept", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, dead } = yield* committedThenSendFailed
+      const a = fleet.hosts[0] as TestHost
+      dead.add("b")
+      // The coordinator's reclaim of b (core's `Reclaim.wayBackOf`): s1 running on a, on a new reservation.
+      yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "a", reservationId: "back-s1" }) }))
+      yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+      yield* fleet.quiesce
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "running"]], b: [] }, "the paused copy resumed on the source")
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1, "never booted again on the source: only its first start")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt is over")
+      assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost, [], "no loss told")
+    }),
+  )
+  effect("placed back on a source that no longer holds the copy: it boots the session afresh and tells the loss, not waiting for ever", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, dead } = yield* committedThenSendFailed
+      const a = fleet.hosts[0] as TestHost
+      dead.add("b")
+      // The copy gone from a (its VM ended by itself), the debt still written.
+      yield* a.runtime.destroy("s1")
+      yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "a", reservationId: "back-s1" }) }))
+      for (let i = 0; i < 3; i++) {
+        yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+        yield* fleet.quiesce
+      }
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "running"]], b: [] }, "booted afresh on the source")
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 2, "its first start, then the fresh boot")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+      assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost.map((l) => [l.hostId, l.sessionId]), [["a", "s1"]], "the loss told by the source")
     }),
   )
   effect("a session the coordinator descends meanwhile is not descended as lost while its memory may still come", () =>
