@@ -103,6 +103,22 @@ export interface Refusal {
 export const refuseUnlessPending = (m: Pick<Record, "id" | "state">): Refusal | null =>
   m.state === "pending" ? null : { _tag: "Conflict", moveId: m.id, reason: `move is ${m.state}` }
 
+/**
+ * Whether the move's source may mark it as owing its target a resend (`owed` true: the source
+ * holds the guest's only whole copy, paused; the target never got a complete stream): only a move
+ * committed without phases (an operator's or a resolution's commit; a commit with phases is the
+ * source's own word that the target runs the guest). Clearing it (`owed` false) is always allowed.
+ * The mark opens the way back to the source when the target dies (`Reclaim.wayBackOf`).
+ */
+export const refuseResendMark = (m: Pick<Record, "id" | "state" | "phases">, owed: boolean): Refusal | null =>
+  !owed
+    ? null
+    : m.state !== "committed"
+      ? { _tag: "Conflict", moveId: m.id, reason: `a resend is owed only on a committed move; move is ${m.state}` }
+      : m.phases !== null
+        ? { _tag: "Conflict", moveId: m.id, reason: "a resend is owed only on a move committed without phases; its source confirmed that the target runs the guest" }
+        : null
+
 /** Whether the move's final round is recorded: its guest paused and the stream sent (or being sent). */
 export const finalRoundRecorded = (m: Pick<Record, "rounds">): boolean => m.rounds.some((r) => r.kind === "final")
 

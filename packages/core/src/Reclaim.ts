@@ -12,10 +12,12 @@
  *
  * One exception to `lost` (`Way`, `returnsTo`): a running session whose host is reclaimed and
  * whose last event is its commit there by a move the source did not confirm (committed without
- * phases: an operator's or a resolution's word) goes back to that move's source while the source
- * is heard and has room, as a plan of its own. The source may still hold the guest's only whole
- * copy, paused, owing the stream the target never got; placed there, its agent resumes it (and
- * boots afresh, telling the loss, when it holds none).
+ * phases) and whose source declared that it owes the target a resend (it holds the guest's only
+ * whole copy, paused: the target never got a complete stream) goes back to that move's source
+ * while the source is heard and has room, as a plan of its own. Placed there, the source's agent
+ * resumes its copy (and boots afresh, telling the loss, when it holds none). Without that
+ * declaration (an operator's commit the source never answered, or the target's own resolution:
+ * it ran the guest) the session is lost: never a silent rollback to an older copy.
  */
 import type { Entry } from "./Ledger.js"
 import * as Ledger from "./Ledger.js"
@@ -52,17 +54,30 @@ export const wanted = <E extends Entry>(entries: Iterable<E>, now: number, limit
 /**
  * The source host a reclaimed session may go back to (`returnsTo`), judged on what the store read:
  * the session running on the host of the reclaimed entry, its last event (newest in its history)
- * the `Moved` that committed it there without the source's phases. Null: it ends lost, as any.
- * A store reads the source's row (`Way`) only for these.
+ * the `Moved` that committed it there without the source's phases, and that move (`lastMove`, the
+ * one the event names) marked by its source as owing a resend (`resendOwed`: the source declared
+ * that the target never got a complete stream, so the source holds the guest's only whole copy).
+ * A commit without phases alone is not enough: a target's own resolution commit has none either,
+ * and that target ran the guest (possibly for minutes); sending the session back would resume the
+ * source's older paused copy, a silent rollback. Null: it ends lost, as any. A store reads the
+ * source's row (`Way`) only for these.
  */
-export const wayBackOf = (s: Session.Record, entry: Pick<Entry, "id" | "hostId">, lastEvent: Session.Event | undefined): string | null =>
+export const wayBackOf = (
+  s: Session.Record,
+  entry: Pick<Entry, "id" | "hostId">,
+  lastEvent: Session.Event | undefined,
+  lastMove: { readonly id: string; readonly resendOwed: boolean } | undefined,
+): string | null =>
   s.state === "running" &&
   s.reservationId === entry.id &&
   s.hostId === entry.hostId &&
   lastEvent?._tag === "Moved" &&
   lastEvent.toHostId === entry.hostId &&
   lastEvent.fromHostId !== entry.hostId &&
-  lastEvent.phases === null
+  lastEvent.phases === null &&
+  lastMove !== undefined &&
+  lastMove.id === lastEvent.moveId &&
+  lastMove.resendOwed
     ? lastEvent.fromHostId
     : null
 
@@ -71,6 +86,8 @@ export interface Way {
   readonly sessionId: string
   /** The session's last event, read with it: `decide` judges `wayBackOf` again on it. */
   readonly lastEvent: Session.Event
+  /** The move that event names, with its source's resend mark, read with it (`wayBackOf`). */
+  readonly lastMove: { readonly id: string; readonly resendOwed: boolean }
   /** The source as placement sees it now, and the version of its row read (the plan's `host`). */
   readonly source: Placement.Candidate
   readonly version: number
@@ -161,7 +178,7 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
   const returnOf = (s: Session.Record, e: E): Plan.Plan | "hold" | null => {
     const way = ways.get(s.id)
     if (way === undefined || openOf.has(s.id)) return null
-    const sourceId = wayBackOf(s, e, way.lastEvent)
+    const sourceId = wayBackOf(s, e, way.lastEvent, way.lastMove)
     if (sourceId === null || way.source.id !== sourceId) return null
     if (doomedHosts.has(sourceId)) return "hold"
     const before = taken.get(sourceId) ?? { budget: Headroom.zero, entries: 0 }

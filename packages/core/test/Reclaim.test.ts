@@ -301,7 +301,7 @@ describe("Reclaim grace (the failover grace)", () => {
   })
 })
 
-describe("a reclaimed session goes back to the source of a move committed without its phases", () => {
+describe("a reclaimed session goes back to the source of a move committed without its phases whose source owes a resend", () => {
   const moved = (from: string, to: string, phases: Move.Phases | null = null): Session.Event => ({ _tag: "Moved", moveId: `m-${from}`, fromHostId: from, toHostId: to, phases })
   /** Source `src` with room for `roomMib` more, heard at `reportedAt`. */
   const source = (roomMib: number, reportedAt: number | null = now) => ({
@@ -309,9 +309,12 @@ describe("a reclaimed session goes back to the source of a move committed withou
     headroom: { allocatableMib: 4096, cpuBudget: 32, reserved: { memMib: 4096 - roomMib, vcpus: 0 } },
     reportedAt,
   })
-  const way = (sessionId: string, roomMib: number, lastEvent = moved("src", "h1"), reportedAt: number | null = now): Reclaim.Way => ({
+  /** The move `moved` names, marked (or not) by its source as owing a resend. */
+  const owed = (resendOwed = true, from = "src") => ({ id: `m-${from}`, resendOwed })
+  const way = (sessionId: string, roomMib: number, lastEvent = moved("src", "h1"), reportedAt: number | null = now, lastMove = owed()): Reclaim.Way => ({
     sessionId,
     lastEvent,
+    lastMove,
     source: source(roomMib, reportedAt),
     version: 7,
     reservationId: `back-${sessionId}`,
@@ -344,6 +347,20 @@ describe("a reclaimed session goes back to the source of a move committed withou
     expect(one(way("s1", 1024, { _tag: "Parked", hostId: "h1" })).lostSessions).toStrictEqual(["s1"])
     expect(one(way("s1", 1024, moved("elsewhere", "h1"))).lostSessions).toStrictEqual(["s1"])
     expect(one(way("s1", 1024)).returned.map((r) => r.sessionId)).toStrictEqual(["s1"])
+  })
+
+  it("ends lost when the source never declared a resend: the target's own resolution commit (it ran the guest), a mark cleared, or another move's mark", () => {
+    const one = (w: Reclaim.Way) => decide([w], [session("s1", "running", "e1")])
+    // The target resolved the move itself ("I run the guest"): no phases either, but no resend owed.
+    const resolvedByTarget = one(way("s1", 1024, moved("src", "h1"), now, owed(false)))
+    expect(resolvedByTarget.lostSessions).toStrictEqual(["s1"])
+    expect(resolvedByTarget.returned).toStrictEqual([])
+    expect(one(way("s1", 1024, moved("src", "h1"), now, { id: "m-other", resendOwed: true })).lostSessions).toStrictEqual(["s1"])
+    const s = session("s1", "running", "e1")
+    const e = { id: "e1", hostId: "h1" }
+    expect(Reclaim.wayBackOf(s, e, moved("src", "h1"), undefined)).toBeNull()
+    expect(Reclaim.wayBackOf(s, e, moved("src", "h1"), owed(false))).toBeNull()
+    expect(Reclaim.wayBackOf(s, e, moved("src", "h1"), owed())).toBe("src")
   })
 
   it("is held, not lost, while the source's own entries are reclaimed in the same pass", () => {

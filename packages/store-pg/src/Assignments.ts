@@ -95,6 +95,7 @@ const moveRowOf = (j: Json): MoveRow => ({
   abortReason: (j["abort_reason"] ?? null) as string | null,
   abortEstimateMs: numOrNull(j["abort_estimate_ms"]),
   guard: j["guard"] ?? null,
+  resendOwed: j["resend_owed"] === true,
   createdAt: num(j["created_at"]),
   endedAt: numOrNull(j["ended_at"]),
 })

@@ -21,7 +21,7 @@ import * as Pages from "./Pages.js"
 import { toMove, toSession } from "./Rows.js"
 import { movePairs, moves } from "./schema.js"
 
-type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "getMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
+type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "markResendOwed" | "getMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
 
@@ -242,6 +242,26 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
           (move) => ({ _tag: "abortMove", move, reason, estimateMs: options.estimateMs ?? null, onlyBeforeFinalRound, targetReclaimed: false }),
         )
       }),
+
+    // Under the session's row lock, then the move's (the store's lock order): a reclaim, which
+    // reads the mark with the session locked, sees it set or cleared, never half.
+    markResendOwed: (moveId, owed) =>
+      db
+        .transaction((tx) =>
+          Effect.gen(function* () {
+            const [seen] = yield* tx.use((exec) => exec.select({ sessionId: moves.sessionId }).from(moves).where(eq(moves.id, moveId)))
+            if (seen === undefined) return yield* moveNotFound(moveId)
+            yield* lockSession(tx, seen.sessionId)
+            const row = yield* lockMove(tx, moveId)
+            if (row === undefined) return yield* moveNotFound(moveId)
+            const m = toMove(row)
+            const refused = Move.refuseResendMark(m, owed)
+            if (refused) return yield* finished(refused)
+            if (row.resendOwed !== owed) yield* tx.use((exec) => exec.update(moves).set({ resendOwed: owed }).where(eq(moves.id, moveId)))
+            return m
+          }),
+        )
+        .pipe(dieOnUnique),
 
     listPairCommits: (filter = {}) =>
       Effect.gen(function* () {

@@ -194,7 +194,8 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
   /**
    * The ways back to a move's source that core names for the doomed session entries
    * (`Reclaim.wayBackOf` on each session's newest event, read walking its history's primary key
-   * backwards), each with its source's row as read now (no lock: the apply checks its version).
+   * backwards, and the resend mark of the move it names), each with its source's row as read now
+   * (no lock: the apply checks its version).
    */
   const waysOf = (tx: Tx, doomed: readonly Reservation[], locked: readonly Session.Record[]) =>
     Effect.gen(function* () {
@@ -209,16 +210,24 @@ export const make = ({ db, now, limits, cache, both }: Deps, options: BeatOption
             from sessions s where ${anyJson(sql`s.id`, running.map((r) => r.s.id))}`,
       )
       const lastOf = new Map(lastRows.map((r) => [r.session_id, r.event]))
+      // The moves those events name, with their source's resend mark (`markResendOwed`, written
+      // under the session's row lock, which this pass holds).
+      const movedIds = [...new Set(lastRows.flatMap((r) => (r.event?._tag === "Moved" ? [r.event.moveId] : [])))].sort()
+      if (movedIds.length === 0) return []
+      const markRows = yield* tx.query<{ id: string; resend_owed: boolean }>(sql`select m.id, m.resend_owed from moves m where ${anyJson(sql`m.id`, movedIds)}`)
+      const owedOf = new Map(markRows.map((r) => [r.id, r.resend_owed]))
       const wanted = running.flatMap(({ e, s }) => {
         const lastEvent = lastOf.get(s.id) ?? undefined
-        const sourceId = Reclaim.wayBackOf(s, e, lastEvent)
-        return sourceId === null || lastEvent === undefined ? [] : [{ sessionId: s.id, lastEvent, sourceId }]
+        const owed = lastEvent?._tag === "Moved" ? owedOf.get(lastEvent.moveId) : undefined
+        const lastMove = lastEvent?._tag === "Moved" && owed !== undefined ? { id: lastEvent.moveId, resendOwed: owed } : undefined
+        const sourceId = Reclaim.wayBackOf(s, e, lastEvent, lastMove)
+        return sourceId === null || lastEvent === undefined || lastMove === undefined ? [] : [{ sessionId: s.id, lastEvent, lastMove, sourceId }]
       })
       if (wanted.length === 0) return []
       const rows = new Map((yield* readHostRows(tx, { hostIds: [...new Set(wanted.map((w) => w.sourceId))].sort(), columns: "room" })).map((r) => [r.id, r]))
       return wanted.flatMap((w): Reclaim.Way[] => {
         const row = rows.get(w.sourceId)
-        return row === undefined ? [] : [{ sessionId: w.sessionId, lastEvent: w.lastEvent, source: toCandidate(row, limits()), version: row.version, reservationId: randomUUID() }]
+        return row === undefined ? [] : [{ sessionId: w.sessionId, lastEvent: w.lastEvent, lastMove: w.lastMove, source: toCandidate(row, limits()), version: row.version, reservationId: randomUUID() }]
       })
     })
 

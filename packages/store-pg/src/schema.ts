@@ -11,6 +11,7 @@ import type { Placement } from "@engram/core"
 import { sql } from "drizzle-orm"
 import {
   bigint,
+  boolean,
   check,
   doublePrecision,
   index,
@@ -182,6 +183,11 @@ export const moves = pgTable(
     abortEstimateMs: doublePrecision("abort_estimate_ms"),
     /** The source guard's figures of a committed move (core's `Move.Guard`). */
     guard: jsonb("guard"),
+    /**
+     * The move's source owes its target a resend (`markResendOwed`): it holds the guest's only
+     * whole copy, paused. Opens the way back to the source when the target dies (core's `Reclaim.wayBackOf`).
+     */
+    resendOwed: boolean("resend_owed").notNull().default(false),
     createdAt: ms("created_at").notNull(),
     endedAt: ms("ended_at"),
   },

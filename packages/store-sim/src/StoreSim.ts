@@ -239,6 +239,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let deadlines = new Deadlines()
   let moves = new Map<string, MoveRec>()
   let openMoves = new Map<string, string>()
+  /** The moves whose source owes its target a resend (`markResendOwed`). */
+  let resendOwed = new Set<string>()
   let moveSeq = 0
   let sessionSeq = 0
   let history = new Map<string, SessionEvent[]>()
@@ -263,6 +265,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     deadlines = new Deadlines()
     moves = new Map()
     openMoves = new Map()
+    resendOwed = new Set()
     moveSeq = 0
     sessionSeq = 0
     history = new Map()
@@ -1051,10 +1054,11 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         for (const e of wanted.doomed) {
           const s = e.ownerKind === "session" ? involved.get(e.ownerId) : undefined
           const lastEvent = s === undefined ? undefined : history.get(s.id)?.at(-1)?.event
-          const sourceId = s === undefined ? null : Reclaim.wayBackOf(sessionOf(s), e, lastEvent)
+          const lastMove = lastEvent?._tag === "Moved" ? { id: lastEvent.moveId, resendOwed: resendOwed.has(lastEvent.moveId) } : undefined
+          const sourceId = s === undefined ? null : Reclaim.wayBackOf(sessionOf(s), e, lastEvent, lastMove)
           const source = sourceId === null ? undefined : hosts.get(sourceId)
-          if (s !== undefined && lastEvent !== undefined && source !== undefined)
-            ways.push({ sessionId: s.id, lastEvent, source: source.candidate, version: source.version, reservationId: reservationIdFor() })
+          if (s !== undefined && lastEvent !== undefined && lastMove !== undefined && source !== undefined)
+            ways.push({ sessionId: s.id, lastEvent, lastMove, source: source.candidate, version: source.version, reservationId: reservationIdFor() })
         }
         const decided = Reclaim.decide({ entries: wanted.doomed, sessions: [...involved.values()].map(sessionOf), openMoves: open.map(moveOf), ways }, t, limits, options)
         for (const outcome of apply([decided.plan, ...decided.returned.map((r) => r.plan)]))
@@ -1171,6 +1175,16 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return yield* stepMove(m, abort, yield* now)
       }),
 
+    markResendOwed: (moveId, owed) =>
+      Effect.gen(function* () {
+        const m = yield* findMove(moveId)
+        const refused = Move.refuseResendMark(m, owed)
+        if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
+        if (owed) resendOwed.add(m.id)
+        else resendOwed.delete(m.id)
+        return moveOf(m)
+      }),
+
     getMove: (id) => Effect.map(findMove(id), moveOf),
     getMoves: (ids) => Effect.sync(() => foundIn(moves, ids, moveOf)),
     listMoves: (filter = {}) =>
@@ -1209,7 +1223,10 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     const oldest = <A>(xs: A[], at: (x: A) => number, id: (x: A) => string): A[] =>
       xs.sort((a, b) => at(a) - at(b) || (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0)).slice(0, limit)
     const endedMoves = oldest([...moves.values()].filter((m) => m.state !== "pending" && m.endedAt !== null && m.endedAt < cut), (m) => m.endedAt as number, (m) => m.id)
-    for (const m of endedMoves) moves.delete(m.id)
+    for (const m of endedMoves) {
+      moves.delete(m.id)
+      resendOwed.delete(m.id)
+    }
     const withMoves = new Set([...moves.values()].map((m) => m.sessionId))
     // Only the sessions that ended before every ended move still kept (store-pg's bound on its walk).
     let before = cut

@@ -328,6 +328,16 @@ export interface StoreShape {
       readonly estimateMs?: number | undefined
     },
   ) => Fx<Move, NotFound | Conflict | InvalidInput>
+  /**
+   * The move's source owes its target a resend (`owed` true: the source holds the guest's only
+   * whole copy, paused, the target never having got a complete stream) or no longer does (false:
+   * the target runs the guest, or the session went elsewhere or ended). Only a move committed
+   * without phases may be marked (core's `Move.refuseResendMark`; else `Conflict`, nothing
+   * changed); a repeat changes nothing. The mark is kept with the move (not on its record): it
+   * opens the way back to the source when the target's reservation is reclaimed (core's
+   * `Reclaim.wayBackOf`, read by `reclaim`).
+   */
+  readonly markResendOwed: (moveId: string, owed: boolean) => Fx<Move, NotFound | Conflict>
   readonly getMove: (id: string) => Fx<Move, NotFound>
   /**
    * The moves of `ids` that exist, in one read, as `getSessions` reads sessions: each once, in

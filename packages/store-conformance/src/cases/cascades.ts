@@ -54,16 +54,20 @@ const stillInDoubt = (session: { readonly reservationId: string | null }, move: 
   })
 
 /**
- * `s1` moved from `src` to `dst`, committed there without the source's phases (an operator's or a
- * resolution's word: the source never confirmed the target runs the guest), then past the stale
- * window with only `src` reporting (`dst`'s agent gone). `sourceHeard` false: `src` silent too.
+ * `s1` moved from `src` to `dst`, committed there without the source's phases (an operator's word
+ * while the source was not heard, or the target's own resolution), then past the stale window with
+ * only `src` reporting (`dst`'s agent gone). `resend`: the source then declared that it owes the
+ * target a resend (`markResendOwed`: it holds the guest's only whole copy, the target never got a
+ * complete stream); without it, nothing says the target did not run the guest. `sourceHeard`
+ * false: `src` silent too.
  */
-const committedUnconfirmed = (sourceHeard: boolean) =>
+const committedUnconfirmed = (sourceHeard: boolean, resend = true) =>
   Effect.gen(function* () {
     const s = yield* store
     const { move } = yield* moving
     yield* s.recordRound(move.id, finalRound)
     yield* s.commitMove(move.id, null)
+    if (resend) yield* s.markResendOwed(move.id, true)
     yield* TestClock.adjust(staleWindowMs + 1)
     if (sourceHeard) {
       const src = yield* s.getHost("src")
@@ -71,6 +75,17 @@ const committedUnconfirmed = (sourceHeard: boolean) =>
     }
     return move
   })
+
+/** `s1` reclaimed from `dst` and lost: no way back was taken. */
+const lostNotReturned = Effect.gen(function* () {
+  const s = yield* store
+  const result = yield* s.reclaim()
+  expect(result.lostSessions).toStrictEqual(["s1"])
+  expect(result.returned).toBeUndefined()
+  expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+  expect((yield* s.getHost("src")).headroom.reserved.memMib).toBe(0)
+  yield* expectInvariants
+})
 
 /** A finished move refuses every change as a Conflict on the move, and nothing changes. */
 const refusesEverything = (moveId: string) =>
@@ -334,7 +349,7 @@ export const cascades: Group = {
       }),
     ),
     kase(
-      "a session reclaimed from the target of a move committed without the source's phases goes back to the source, heard and with room: running there on a new reservation, not lost",
+      "a session reclaimed from the target of a move committed without the source's phases, whose source owes it a resend (it holds the guest's only whole copy), goes back to the source, heard and with room: running there on a new reservation, not lost",
       Effect.gen(function* () {
         const s = yield* store
         const move = yield* committedUnconfirmed(true)
@@ -395,6 +410,52 @@ export const cascades: Group = {
         expect(result.lostSessions).toStrictEqual(["s1"])
         expect(result.returned).toBeUndefined()
         expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target that resolved its move itself (committed without phases, no resend owed by the source) ends lost, its source heard and with room: the target ran the guest, the source's copy is older",
+      Effect.gen(function* () {
+        yield* committedUnconfirmed(true, false)
+        yield* lostNotReturned
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move whose resend its source owed, then settled (the mark cleared), ends lost: the source destroyed its copy",
+      Effect.gen(function* () {
+        const s = yield* store
+        const move = yield* committedUnconfirmed(true)
+        expect(yield* s.markResendOwed(move.id, false)).toStrictEqual(yield* s.getMove(move.id))
+        yield* lostNotReturned
+      }),
+    ),
+    kase(
+      "a resend is owed only on a move committed without phases: a pending move, one its source committed with phases, or an unknown one is refused, nothing changed; a repeat and a clear are accepted",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        const before = yield* snapshot
+        expect(yield* expectFailure(s.markResendOwed(move.id, true), "Conflict")).toMatchObject({ entity: "move", id: move.id })
+        expect(yield* expectFailure(s.markResendOwed("nope", true), "NotFound")).toMatchObject({ entity: "move", id: "nope" })
+        expect(yield* s.markResendOwed(move.id, false)).toStrictEqual(yield* s.getMove(move.id))
+        yield* expectUnchanged(before, "a refused resend mark")
+        yield* commitAfterFinal(move.id, phases)
+        expect(yield* expectFailure(s.markResendOwed(move.id, true), "Conflict")).toMatchObject({ entity: "move", id: move.id })
+        // The move as it was: the mark is not part of its record.
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "committed", phases })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a resend mark on a move committed without phases is kept and repeatable, and leaves its record as it was",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move } = yield* moving
+        yield* s.recordRound(move.id, finalRound)
+        const committed = yield* s.commitMove(move.id, null)
+        expect(yield* s.markResendOwed(move.id, true)).toStrictEqual(committed)
+        expect(yield* s.markResendOwed(move.id, true)).toStrictEqual(committed)
+        expect(yield* s.getMove(move.id)).toStrictEqual(committed)
         yield* expectInvariants
       }),
     ),

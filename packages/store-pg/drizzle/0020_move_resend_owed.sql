@@ -1,0 +1,1 @@
+ALTER TABLE "moves" ADD COLUMN "resend_owed" boolean DEFAULT false NOT NULL;
