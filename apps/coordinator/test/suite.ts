@@ -50,6 +50,7 @@ const validBodies: Readonly<Record<string, unknown>> = {
   "POST /v1/moves/:id/commit": { downtimeMs: 4, captureMs: 1, sendMs: 1, commitMs: 1 },
   "POST /v1/moves/:id/abort": { reason: "test" },
   "POST /v1/moves/:id/resolve": { outcome: "abort", reason: "test" },
+  "POST /v1/moves/:id/resend": { owed: false },
   "POST /v1/reservations": { hostId: "strict-h", ownerKind: "external", ownerId: "o", memMib: 1, vcpus: 0 },
   "POST /v1/hosts/:id/guest-lost": { sessionId: "strict-s", reason: "test" },
 }
@@ -565,6 +566,16 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
         const events = (await admin.get(`/v1/sessions/${sid}/events`)).body.items as { kind: string; phases?: unknown }[]
         expect(events.find((e) => e.kind === "moved")).toMatchObject({ phases: null })
+        // The source's resend mark on the move committed without phases: its own token (or the
+        // admin's) only, strict input, and it leaves the move's record as it was.
+        const source = client(c.url, src.token)
+        expect((await target.post(`/v1/moves/${m.id}/resend`, { owed: true })).status).toBe(403)
+        const badMark = await source.post(`/v1/moves/${m.id}/resend`, { owed: "yes" })
+        expect([badMark.status, badMark.body.field]).toEqual([400, "owed"])
+        const marked = await source.post(`/v1/moves/${m.id}/resend`, { owed: true })
+        expect([marked.status, marked.body]).toEqual([200, committed.body])
+        expect((await source.post(`/v1/moves/${m.id}/resend`, { owed: false })).status).toBe(200)
+        expect((await source.post(`/v1/moves/missing-move/resend`, { owed: true })).status).toBe(404)
         await answer
         await admin.del(`/v1/sessions/${sid}`)
 
@@ -577,6 +588,8 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect(aborted.body).toMatchObject({ state: "aborted", abortReason: "resolved by operator: the target host is gone" })
         expect((await admin.get(`/v1/sessions/${sid2}`)).body).toMatchObject({ state: "running", hostId: src.id })
         expect((await admin.post(`/v1/moves/${m2.id}/resolve`, { outcome: "commit", reason: "late" })).status).toBe(409)
+        // An aborted move owes no resend: 409.
+        expect((await client(c.url, src.token).post(`/v1/moves/${m2.id}/resend`, { owed: true })).status).toBe(409)
         await answer2
         await admin.del(`/v1/sessions/${sid2}`)
       })

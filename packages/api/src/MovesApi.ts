@@ -2,7 +2,7 @@
 import { HttpApiEndpoint, HttpApiGroup } from "effect/http-api"
 import { BodyErrors, StandardErrors } from "./Errors.js"
 import { doc } from "./internal/doc.js"
-import { Abort, Commit, MovesQuery, PathId, Resolve, Round } from "./Payloads.js"
+import { Abort, Commit, MovesQuery, PathId, ResendMark, Resolve, Round } from "./Payloads.js"
 import { Move, MovesPage } from "./Records.js"
 import { BearerAuth, StrictInput } from "./Security.js"
 
@@ -42,6 +42,12 @@ export class MovesApi extends HttpApiGroup.make("moves")
       doc(
         "Resolve an in-doubt move",
         "Ends a pending move whose final round is recorded (SPEC §13: such a move is never reclaimed; it waits for this or for its source's commit or abort). `{outcome: \"commit\", reason}`: the guest runs on the target, the session goes there (the move keeps no phases: its pause was not measured); 409 before the final round. `{outcome: \"abort\", reason}`: the guest runs on the source, the target's reservation is dropped and its agent destroys its copy. The admin (an operator's explicit word), or the token of the move's target host for `commit` (its agent reports that it runs the guest). Then the queue is drained.",
+      ),
+    ),
+    HttpApiEndpoint.post("resend", "/v1/moves/:id/resend", { params: PathId, payload: ResendMark, success: Move, error: BodyErrors }).annotateMerge(
+      doc(
+        "Mark a resend owed",
+        `\`{owed: true}\`: the move's source holds the guest's only whole copy, paused, and owes its target the stream (the move was committed without the source's phases, by an operator while the source was not heard, and the source's final send then failed, or the target refused its commit saying its stream never completed). Only then, when the target's reservations are reclaimed (the target silent past the stale window) while the source is heard and has room, does the session go back to the source, whose agent resumes its copy; a move committed without phases but not marked (the target's own resolution: it ran the guest) leaves the session \`lost\`. 409 on a move that is not committed, or committed with phases. \`{owed: false}\`: the debt is settled (the target runs the guest, or the session went elsewhere or ended); always accepted. A repeat changes nothing. The mark is not part of the move's record.${source}`,
       ),
     ),
   )

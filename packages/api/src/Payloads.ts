@@ -239,6 +239,14 @@ export const Resolve = Schema.Struct({
 export type Resolve = typeof Resolve.Type
 
 /**
+ * `POST /v1/moves/{id}/resend`: the move's source owes its target a resend (`owed: true`: it holds
+ * the guest's only whole copy, paused; the target never got a complete stream) or no longer does
+ * (`owed: false`: the target runs the guest, or the session went elsewhere or ended).
+ */
+export const ResendMark = Schema.Struct({ owed: Schema.Boolean })
+export type ResendMark = typeof ResendMark.Type
+
+/**
  * `POST /v1/hosts/{id}/guest-lost`: the session whose guest the host's agent lost and booted
  * fresh, and why (its agent's words, e.g. \`QEMU exited\`, \`not found at start\`; not empty).
  */

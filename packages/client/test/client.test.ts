@@ -249,7 +249,7 @@ describe("one road to the API", () => {
     expect(routes.filter((r) => r.startsWith("undeclared"))).toEqual([])
     // The agent's own endpoints and the operator's scrape and documents are not a service's calls.
     const agentOrOps = ["PUT /v1/hosts/:id/report", "POST /v1/hosts/:id/heartbeat", "POST /v1/hosts/:id/guest-lost", "GET /v1/hosts/:id/assignments", "POST /v1/sessions/:id/started", "POST /v1/sessions/:id/descended",
-      "POST /v1/moves/:id/rounds", "POST /v1/moves/:id/commit", "POST /v1/moves/:id/abort", "GET /livez", "GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/queue"]
+      "POST /v1/moves/:id/rounds", "POST /v1/moves/:id/commit", "POST /v1/moves/:id/abort", "POST /v1/moves/:id/resend", "GET /livez", "GET /healthz", "GET /openapi.json", "GET /metrics", "GET /v1/queue"]
     const uncovered = declared.map((d) => d.route).filter((r) => !routes.includes(r) && !agentOrOps.includes(r))
     expect(uncovered).toEqual([])
   })

@@ -114,6 +114,16 @@ export const MovesHandlers = HandlerGroup.make(
             return resolved
           })),
         )
+        .handle("resend", ({ params, payload }) =>
+          Effect.gen(function* () {
+            const m = yield* Effect.interruptible(moveFor(params.id, "source"))
+            const marked = yield* api(store.markResendOwed(params.id, payload.owed))
+            yield* payload.owed
+              ? Effect.logWarning("a move's source owes its target a resend: it holds the guest's only whole copy, paused; should the target die, the session goes back to the source", { moveId: m.id, sessionId: m.sessionId, source: m.sourceHostId, target: m.targetHostId })
+              : Effect.logInfo("a move's resend is settled", { moveId: m.id, sessionId: m.sessionId })
+            return marked
+          }).pipe(step("engram.move.resend", params.id, { "engram.move.resend_owed": payload.owed })),
+        )
         .handle("abort", ({ params, payload }) =>
           withNotices(Effect.gen(function* () {
             yield* Effect.interruptible(moveFor(params.id, "source"))
