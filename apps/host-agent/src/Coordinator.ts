@@ -161,6 +161,13 @@ export interface CoordinatorShape {
    */
   readonly reportRunning: (moveId: string, reason: string) => Fx<void>
   /**
+   * `POST /v1/moves/{id}/resend`: this host, the move's source, owes its target a resend (`owed`
+   * true: it holds the guest's only whole copy, paused) or no longer does (false). `unknown`: a
+   * coordinator older than the call (its 404 of the route, not of the move, or a 400): the way back
+   * to this source stays closed there, the session is lost should the target die, as before.
+   */
+  readonly resendOwed: (moveId: string, owed: boolean) => Fx<"recorded" | "unknown">
+  /**
    * `POST /v1/hosts/{id}/guest-lost`: this host lost the session's guest (`reason`: how, cut to
    * the API's length by `fitReason`) and boots a fresh one; the coordinator keeps it in the
    * session's history. A 409 (the session ended, or is no longer on this host) is `Conflict`.
@@ -414,6 +421,14 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         return call("abort", (api) => api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid)
       },
       reportRunning: (id, why) => call("reportRunning", (api) => api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason: fitReason(why) } })).pipe(Effect.asVoid),
+      resendOwed: (id, owed) =>
+        call("resendOwed", (api) => api.moves.resend({ params: { id }, payload: { owed } })).pipe(
+          Effect.as("recorded" as const),
+          Effect.catchIf(
+            (e) => e._tag === "CoordinatorError" && ((e.status === 404 && e.notFound === undefined) || e.status === 405 || e.status === 400),
+            () => Effect.succeed("unknown" as const),
+          ),
+        ),
       guestLost: (id, why) => call("guestLost", (api) => api.hosts.guestLost({ params: host, payload: { sessionId: id, reason: fitReason(why) } })).pipe(Effect.asVoid),
       getMove: (id) => call("getMove", (api) => api.moves.get({ params: { id } })),
       getSession: (id) =>

@@ -56,6 +56,7 @@ export const guard = (coordinator: CoordinatorShape, hostId: string, url: string
     commit: (id, phases, guard) => watch(coordinator.commit(id, phases, guard)),
     abort: (id, reason, estimateMs) => watch(coordinator.abort(id, reason, estimateMs)),
     reportRunning: (id, reason) => watch(coordinator.reportRunning(id, reason)),
+    resendOwed: (id, owed) => watch(coordinator.resendOwed(id, owed)),
     guestLost: (id, reason) => watch(coordinator.guestLost(id, reason)),
     getMove: (id) => watch(coordinator.getMove(id)),
     getSession: (id) => watch(coordinator.getSession(id)),

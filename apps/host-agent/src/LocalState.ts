@@ -103,6 +103,12 @@ export const PendingCommit = Schema.Struct({
    * guest. Absent in every other debt.
    */
   resend: Schema.optionalKey(Schema.Boolean),
+  /**
+   * Whether the coordinator was told of the `resend` debt (`POST /v1/moves/{id}/resend`), or
+   * answered that it does not know the call (older): told once. The mark opens the way back to
+   * this source should the target die (the coordinator places the session here). Absent: not yet.
+   */
+  resendTold: Schema.optionalKey(Schema.Boolean),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

@@ -1243,8 +1243,49 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit) =>
       )
     }
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "paused" }))
-    yield* residents.addPendingCommit(owed)
+    yield* residents.addPendingCommit(owed.resendTold === true ? owed : yield* tellResend(deps, owed))
   })
+
+/**
+ * Tells the coordinator that this source owes the move's target a resend (`POST
+ * /v1/moves/{id}/resend {"owed": true}`): it holds the guest's only whole copy, paused. Only this
+ * mark lets the coordinator send the session back here should the target die (a commit without
+ * phases alone may be the target's own resolution: it ran the guest, and this copy is older).
+ * Answers the debt with `resendTold` once the coordinator recorded it, or answered that it does not
+ * know the call (older: the session is lost there should the target die, as before) or refused it
+ * (the move is not committed without phases: no way back is owed); unanswered, the debt as it was,
+ * told again on the next pass.
+ */
+const tellResend = (deps: SettleDeps, owed: PendingCommit) =>
+  Effect.gen(function* () {
+    const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
+    const told = yield* retrying(deps.coordinator.resendOwed(owed.moveId, true)).pipe(Effect.result)
+    if (told._tag === "Success") {
+      if (told.success === "unknown")
+        yield* Effect.logWarning("the coordinator does not know the resend mark (older than it): should the move's target die, the session ends lost there, and this copy goes with it", fields)
+      return { ...owed, resendTold: true }
+    }
+    if (told.failure._tag === "Conflict" || moveGone(owed, told.failure)) {
+      yield* Effect.logWarning(`the coordinator refused the resend mark (${told.failure.message}); the debt stays as it is`, fields)
+      return { ...owed, resendTold: true }
+    }
+    yield* Effect.logWarning(`the coordinator was not told of the resend owed yet (${told.failure.message}); told on the next pass`, fields)
+    return owed
+  })
+
+/**
+ * The resend debt is over (the target runs the guest, or the session is no longer placed there):
+ * the coordinator's mark is cleared, after the copy here went, so a later death of the target
+ * does not send the session back here. Unanswered, the mark stays: should the target then die, the
+ * session comes back here, finds no copy, and is booted afresh with its loss told (never an older
+ * copy resumed: the copy went first). Sent whether or not the mark was told (a pass may have
+ * told it after its debt was read): clearing a mark never set changes nothing.
+ */
+const untellResend = (deps: SettleDeps, owed: PendingCommit) =>
+  retrying(deps.coordinator.resendOwed(owed.moveId, false)).pipe(
+    Effect.catch((e) => Effect.logWarning(`the coordinator's resend mark could not be cleared (${e.message})`, { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId })),
+    Effect.asVoid,
+  )
 
 /**
  * The budget of a stream sent again (`settleResend`): the guest is paused already, so its pause
@@ -1303,6 +1344,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     const dropCopy = Effect.gen(function* () {
       yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
+      yield* untellResend(deps, owed)
       // Its commit answers alike for a guest resumed from this stream and for one it booted
       // afresh after its wait (`Agent.resendWaitMs`; its own log, and its loss report, say which).
       yield* Effect.logWarning(`move ${owed.moveId}: the target runs the guest (resumed from the source copy streamed again, or booted afresh after waiting for it: see the target's log); the source copy was destroyed`, { ...fields, target: owed.target!.targetHostId })
@@ -1325,6 +1367,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
         yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
       } else yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
+      yield* untellResend(deps, owed)
       const where = session === null ? "ended, or not visible to this host" : `${session.state} on ${session.hostId ?? "no host"}`
       const reason = `move ${owed.moveId}: the session is no longer placed on its target ${owed.target!.targetHostId} (${where}): ${copy && here ? "the guest resumed here from its paused copy" : copy ? "the paused source copy was destroyed" : "no copy was left here"}`
       yield* Effect.logWarning(reason, fields)
@@ -1341,6 +1384,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       // `confirmAtTarget` takes such a refusal of a committed move: the copy here is of no use.
       yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
+      yield* untellResend(deps, owed)
       const reason = `move ${owed.moveId}: its target ${owed.target.targetHostId} refused the commit without saying that its stream never completed (an agent older than that word, or one without its state file): it boots the session afresh, its memory lost; the paused source copy was destroyed (${asked.failure.message})`
       yield* Effect.logError(reason, fields)
       return { _tag: "Refused", reason, restoredOnSource: false } as const
@@ -1348,6 +1392,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     if (!copy) {
       // Nothing here to stream: the debt cannot be settled by this host.
       yield* residents.removePendingCommit(owed.moveId)
+      yield* untellResend(deps, owed)
       const reason = `move ${owed.moveId}: the source copy to stream again is gone from this host; the guest's memory is lost`
       yield* Effect.logError(reason, fields)
       return { _tag: "Refused", reason, restoredOnSource: false } as const

@@ -29,7 +29,7 @@ import { capture } from "./support/Logs.js"
  * intent recorded (as QEMU takes it, then the source frozen, unheard), and a's first final send
  * failing: a's copy paused again and owed with `resend`. `onlyB` runs b's pass alone.
  */
-const committedThenSendFailed = Effect.gen(function* () {
+const committedThenSendFailedWith = (coordinatorOlderThanResend: boolean) => Effect.gen(function* () {
   const operator = operatorCommitsAtIntent()
   /** Hosts gone for good: their peer server answers nothing. */
   const dead = new Set<string>()
@@ -53,11 +53,14 @@ const committedThenSendFailed = Effect.gen(function* () {
       },
     },
   )
+  if (coordinatorOlderThanResend) yield* fleet.coordinator.olderThanResend(true)
   const { a, copies } = yield* moveBegunAToB(fleet)
   assert.deepStrictEqual(operator.seen.committedAt, ["intent"], "the operator's commit landed with only the intent recorded")
   // Before: { a: [] }: the source's copy destroyed on the coordinator's "committed" alone.
   assert.deepStrictEqual((yield* copies).a, [["s1", "paused"]], "the source's copy paused again after the failed send")
-  assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "owed, to be streamed again")
+  assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend, p.resendTold]), [["m1", true, true]], "owed, to be streamed again, the coordinator told")
+  if (!coordinatorOlderThanResend)
+    assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.resendOwed, true, "the coordinator marked the move: its source holds the guest's only whole copy")
   const onlyB = Effect.gen(function* () {
     const b = fleet.hosts[1] as TestHost
     yield* b.agent.reconcile(yield* fleet.coordinator.assignmentsOf("b"))
@@ -66,6 +69,7 @@ const committedThenSendFailed = Effect.gen(function* () {
   })
   return { fleet, copies, onlyB, dead }
 })
+const committedThenSendFailed = committedThenSendFailedWith(false)
 
 describe("a committed move whose final round's send fails", () => {
   effect("the source keeps its copy paused and streams it again; the target resumes the guest from that stream, never booted afresh, a restart of either in between included", () => {
@@ -93,8 +97,22 @@ describe("a committed move whose final round's send fails", () => {
       assert.deepStrictEqual(yield* b.residents.unfinished, [], "the note forgotten once the guest runs")
       assert.deepStrictEqual((yield* b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "running", null]])
       assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.state, "committed")
+      // Before: still marked, so a later death of b would send the session back to a, which holds no copy.
+      assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.resendOwed, false, "the mark cleared once the target runs the guest")
     }).pipe(Effect.provide(errors.layer))
   })
+  effect("a coordinator older than the resend mark (its 404 of the route): the source asks once, then settles the debt as before", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, onlyB } = yield* committedThenSendFailedWith(true)
+      yield* onlyB
+      yield* fleet.settle()
+      assert.deepStrictEqual(yield* copies, { a: [], b: [["s1", "running"]] }, "the target resumed the guest from the stream sent again")
+      assert.deepStrictEqual(yield* fleet.hosts[0]!.residents.pendingCommits, [])
+      const calls = (yield* fleet.coordinator.get).calls.filter((c) => c.startsWith("resendOwed"))
+      assert.deepStrictEqual(calls, ["resendOwed m1 true (unknown)", "resendOwed m1 false (unknown)"], "told once, its clear once: never asked again on every pass")
+      assert.isUndefined((yield* fleet.coordinator.get).moves.get("m1")?.resendOwed)
+    }),
+  )
   effect("a source that never streams again: the target waits twice the stale window from its note, then boots the session afresh and tells the loss", () =>
     Effect.gen(function* () {
       const { fleet, copies, onlyB } = yield* committedThenSendFailed

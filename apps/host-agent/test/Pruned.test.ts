@@ -72,6 +72,7 @@ const clientOf = (hostId: string, url = coordinator.url) =>
       commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
       abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),
       reportRunning: (id, reason) => live(c.reportRunning(id, reason)),
+      resendOwed: (id, owed) => live(c.resendOwed(id, owed)),
       guestLost: (id, reason) => live(c.guestLost(id, reason)),
       getMove: (id) => live(c.getMove(id)),
       getSession: (id) => live(c.getSession(id)),

@@ -22,6 +22,8 @@ export interface FakeMove extends AssignedMove {
   readonly phases: PhasesReport | null
   readonly abortReason: string | null
   readonly estimateMs: number | null
+  /** The source's resend mark (`resendOwed`); absent: never marked. */
+  readonly resendOwed?: boolean
 }
 
 export interface FakeState {
@@ -73,6 +75,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
    * then the caller sees a timeout: a replica that hung after its write); and how many added one so far.
    */
   let losingRoundAnswers = false
+  /** Whether the coordinator is older than `POST /v1/moves/{id}/resend` (its 404 of the route). */
+  let olderThanResend = false
   let roundsAdded = 0
   /** Hosts whose calls never arrive (a frozen or cut-off agent, as the coordinator sees it). */
   const silenced = new Set<string>()
@@ -91,6 +95,7 @@ export const makeFakeCoordinator = Effect.gen(function* () {
       commit: (id, p, g) => gate(c.commit(id, p, g)),
       abort: (id, reason, estimateMs) => gate(c.abort(id, reason, estimateMs)),
       reportRunning: (id, reason) => gate(c.reportRunning(id, reason)),
+      resendOwed: (id, owed) => gate(c.resendOwed(id, owed)),
       guestLost: (id, reason) => gate(c.guestLost(id, reason)),
       getMove: (id) => gate(c.getMove(id)),
       getSession: (id) => gate(c.getSession(id)),
@@ -210,6 +215,19 @@ export const makeFakeCoordinator = Effect.gen(function* () {
           return [Effect.void as Step, log(next, `reportRunning ${id}`)]
         }),
       ),
+    resendOwed: (id, owed) =>
+      Effect.flatten(
+        Ref.modify(ref, (s): readonly [Effect.Effect<"recorded" | "unknown", Conflict | CoordinatorError>, FakeState] => {
+          // As a coordinator older than the call: its 404 of the route.
+          if (olderThanResend) return [Effect.succeed("unknown"), log(s, `resendOwed ${id} ${owed} (unknown)`)]
+          const m = s.moves.get(id)
+          if (m === undefined) return [Effect.fail(new CoordinatorError({ op: "resendOwed", status: 404, message: `no move ${id}`, notFound: { entity: "move", id } })), s]
+          if (m.sourceHostId !== hostId) return [Effect.fail(new CoordinatorError({ op: "resendOwed", status: 403, message: `move ${id} is not host ${hostId}'s` })), s]
+          const refused = CoreMove.refuseResendMark({ id, state: m.state, phases: m.phases === null ? null : { ...m.phases } }, owed)
+          if (refused) return [Effect.fail(new Conflict({ op: "resendOwed", message: refused.reason })), s]
+          return [Effect.succeed("recorded"), log(setMove(s, id, { resendOwed: owed }), `resendOwed ${id} ${owed}`)]
+        }),
+      ),
     abort: (id, reason, estimateMs) =>
       Effect.flatten(
         modify((s) => {
@@ -227,6 +245,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     get: Ref.get(ref),
     /** From now on every other round that adds a record (the first, the third, ...) loses its answer: it is recorded, the caller sees a timeout (`true`); or none (`false`). */
     loseRoundAnswers: (on: boolean) => Effect.sync(() => void (losingRoundAnswers = on)),
+    /** Answers `resendOwed` as a coordinator older than the call does. */
+    olderThanResend: (on: boolean) => Effect.sync(() => void (olderThanResend = on)),
     /** From now on the host's calls fail (`true`) or arrive again (`false`). */
     silence: (hostId: string, on: boolean) => Effect.sync(() => (on ? silenced.add(hostId) : silenced.delete(hostId))),
     addSession: (id: string, hostId: string, memMib: number, vcpus = 1, template?: string) =>
