@@ -1,0 +1,198 @@
+/**
+ * End to end, over real HTTP to a real coordinator (in-process, StoreSim, a short stale window):
+ * a move committed without its source's phases (an operator's word while the source was frozen)
+ * whose final send failed leaves the source with the guest's only whole copy, paused, owing the
+ * target a resend; then the target dies for good. The source's agent tells the coordinator of the
+ * debt (`POST /v1/moves/{id}/resend`); the store's reclaim of the dead target's reservation sends
+ * the session back to the source, heard and with room; the source's next pass resumes its paused
+ * copy: the guest's CPU time (the simulated runtime's memory of its run) carries on, never booted
+ * afresh. Without the source's word the same reclaim leaves the session `lost` (the target's own
+ * resolution commit: it ran the guest, and the source's copy would be older).
+ *
+ * The source's state after the failed send (its copy paused, its `resend` debt written, the
+ * coordinator told with the agent's own client) is set by hand, as the in-process
+ * `CommittedSendFails` test reaches it through a real failed send. No pass of the source runs
+ * between the debt and the reclaim: against a real coordinator, a source's read of a session
+ * placed on another host is a 403, which its agent reads as "not visible" (`getSession` null), and
+ * its resend settling (`settledByPlacement`, the target unanswering) then destroys the paused copy.
+ * The reclaim is the store's own pass (`reclaim`, as the reaper's leader runs it), called directly
+ * so no reaper timing is involved. The stale window is waited out in real time (generous margins).
+ */
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { assert, describe } from "@effect/vitest"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Limits } from "@engram/core"
+import { Store, type StoreShape } from "@engram/store"
+import { StoreSim } from "@engram/store-sim"
+import { ImageStore, SimRuntime } from "@engram/runtime"
+import { Clock, Effect, Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { TestClock } from "effect/testing"
+import { afterEach, beforeEach } from "vitest"
+import { makeAgent } from "../src/Agent.js"
+import { type CoordinatorShape, makeHttp } from "../src/Coordinator.js"
+import { defaultAgentConfig } from "../src/Host.js"
+import { makeMoveTarget, type MoveTarget } from "../src/MoveTarget.js"
+import * as PeerLink from "../src/PeerLink.js"
+import { makeResidents } from "../src/Residents.js"
+import { effect } from "./support/PatientClock.js"
+
+const adminToken = "dead-target-admin-token-0123456789"
+const windowMs = 3000
+const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
+const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
+let coordinator: RunningCoordinator
+const tokens: Record<string, string> = {}
+
+/* eslint-disable @typescript-eslint/no-explicit-any -- answers are read loosely; each field read is named */
+const admin = (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> =>
+  fetch(`${coordinator.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${adminToken}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  }).then(async (r) => ({ status: r.status, body: await r.json() }))
+/* eslint-enable @typescript-eslint/no-explicit-any */
+
+beforeEach(async () => {
+  coordinator = await startCoordinator({
+    store: StoreSim.layer({ limits }),
+    reaper: false,
+    logLevel: "None",
+    config: { port: 0, adminToken, moveTimeoutMs: 600_000, limits },
+  })
+  for (const id of ["a", "b"]) {
+    tokens[id] = (await admin("POST", "/v1/hosts", { id })).body.token as string
+    assert.strictEqual((await admin("PUT", `/v1/hosts/${id}/report`, measure)).status, 200)
+  }
+})
+afterEach(() => coordinator?.stop())
+
+const liveClock = Effect.runSync(Clock.clockWith(Effect.succeed))
+const live = <A, E>(eff: Effect.Effect<A, E>) => Effect.provideService(eff, Clock.Clock, liveClock)
+
+/** Host `hostId`'s coordinator client: the agent's own (`makeHttp`), its requests timed on the real clock. */
+const clientOf = (hostId: string) =>
+  Effect.gen(function* () {
+    const c = yield* makeHttp({ url: coordinator.url, hostId, hostToken: Redacted.make(tokens[hostId]!) }).pipe(Effect.provide(FetchHttpClient.layer))
+    return {
+      report: (r, active) => live(c.report(r, active)),
+      heartbeat: live(c.heartbeat),
+      assignments: (o) => live(c.assignments(o)),
+      started: (id) => live(c.started(id)),
+      descended: (id, options) => live(c.descended(id, options)),
+      round: (id, round) => live(c.round(id, round)),
+      commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
+      abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),
+      reportRunning: (id, reason) => live(c.reportRunning(id, reason)),
+      resendOwed: (id, owed) => live(c.resendOwed(id, owed)),
+      guestLost: (id, reason) => live(c.guestLost(id, reason)),
+      getMove: (id) => live(c.getMove(id)),
+      getSession: (id) => live(c.getSession(id)),
+    } satisfies CoordinatorShape
+  })
+
+/** The coordinator's store, as the admin steps of a test use it. */
+const store = <A, E>(f: (s: StoreShape) => Effect.Effect<A, E>) =>
+  Effect.promise(() =>
+    coordinator.run(
+      Effect.gen(function* () {
+        return yield* f(yield* Store)
+      }),
+    ),
+  )
+
+/** The source agent on the real coordinator; its peer link knows no target (`b` is gone: every call to it goes unanswered). */
+const sourceAgent = Effect.gen(function* () {
+  const client = yield* clientOf("a")
+  const targets = new Map<string, MoveTarget>()
+  const runtime = yield* SimRuntime.make({ startMs: 50 })
+  const residents = yield* makeResidents("a", null, () => Effect.void)
+  const target = yield* makeMoveTarget("a", runtime, residents)
+  targets.set("a", target)
+  const agent = yield* makeAgent(defaultAgentConfig("a"), {
+    coordinator: client,
+    runtime,
+    measure: () => Effect.succeed(measure),
+    residents,
+    images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+    link: PeerLink.inMemory(targets),
+    target,
+  })
+  /** One reconcile pass on the coordinator's view now, its actions run to their end (the test clock moving a second a step). */
+  const pass = Effect.gen(function* () {
+    yield* agent.reconcile(yield* client.assignments({ waitMs: 0, since: undefined }))
+    for (let i = 0; i < 2000 && (yield* agent.busy); i++) {
+      yield* Effect.promise(() => new Promise<void>((resolve) => (i < 100 ? setImmediate(resolve) : setTimeout(resolve, 10))))
+      yield* TestClock.adjust("1 second")
+    }
+    assert.isFalse(yield* agent.busy, "a's actions finished")
+  })
+  const cpuMs = Effect.map(runtime.usage, (u) => u.find((v) => v.vmId === "s1")?.cpuMs ?? null)
+  return { client, runtime, residents, pass, cpuMs }
+})
+
+/**
+ * s1 booted on a and run a while; its move to b committed without phases past a's intent (the
+ * operator's word), then a's copy paused owing the resend (its final send failed) when `owes`,
+ * or, when not, the guest left to b (the target's own resolution: nothing owed on a).
+ */
+const movedToDeadTarget = (owes: boolean) =>
+  Effect.gen(function* () {
+    const a = yield* sourceAgent
+    const created = yield* Effect.promise(() => admin("POST", "/v1/sessions", { id: "s1", memMib: 512, vcpus: 1, affinity: ["a"] }))
+    assert.deepInclude(created.body, { hostId: "a" })
+    yield* a.pass
+    yield* a.pass
+    assert.deepStrictEqual((yield* Effect.promise(() => admin("GET", "/v1/sessions/s1"))).body.state, "running")
+    yield* TestClock.adjust("20 seconds")
+    const ranMs = yield* a.cpuMs
+    assert.isTrue(ranMs !== null && ranMs > 0, `the guest ran on a (${ranMs} ms)`)
+    const move = yield* store((s) => s.beginMove({ sessionId: "s1", targetHostId: "b", maxDowntimeMs: 5000 }))
+    yield* a.client.round(move.id, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+    yield* store((s) => s.commitMove(move.id, null))
+    if (owes) {
+      yield* a.runtime.park("s1")
+      yield* a.residents.update("s1", (v) => ({ ...v, status: "paused" }))
+      // The word a's agent sends as it takes on the debt (`owedResend`), with its own client.
+      assert.strictEqual(yield* a.client.resendOwed(move.id, true), "recorded")
+      yield* a.residents.addPendingCommit({ moveId: move.id, sessionId: "s1", phases: null, target: { targetHostId: "b", memMib: 512, vcpus: 1 }, intentRecorded: true, resend: true, resendTold: true })
+    } else {
+      yield* a.runtime.destroy("s1")
+      yield* a.residents.remove("s1")
+    }
+    // b is gone for good: past the stale window only a reports.
+    yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, windowMs + 500)))
+    yield* a.client.report(measure, [])
+    return { a, ranMs: ranMs! }
+  })
+
+describe("a session whose move's target died, over a real coordinator", () => {
+  effect("the source that owes the resend gets the session back and resumes its paused copy: the guest's run carries on", () =>
+    Effect.gen(function* () {
+      const { a, ranMs } = yield* movedToDeadTarget(true)
+      const result = yield* store((s) => s.reclaim())
+      // Before (a commit without phases alone, or no way back at all): lostSessions ["s1"], and a destroyed its copy.
+      assert.deepStrictEqual(result.lostSessions, [])
+      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }])
+      assert.deepInclude((yield* Effect.promise(() => admin("GET", "/v1/sessions/s1"))).body, { state: "running", hostId: "a" })
+      yield* a.pass
+      assert.deepStrictEqual(yield* Effect.map(a.runtime.list, (vms) => vms.map((v) => [v.vmId, v.status])), [["s1", "running"]], "the paused copy resumed on a")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt is over")
+      const now = yield* a.cpuMs
+      assert.isTrue(now !== null && now >= ranMs, `the guest's run carried on (${now} ms after ${ranMs} ms before the move), not booted afresh`)
+      const events = ((yield* Effect.promise(() => admin("GET", "/v1/sessions/s1/events"))).body.items as { kind: string }[]).map((e) => e.kind)
+      assert.notInclude(events, "guest-lost")
+    }),
+  )
+  effect("without the source's word (the target resolved the move itself: it ran the guest) the session is lost, never sent back to an older copy", () =>
+    Effect.gen(function* () {
+      yield* movedToDeadTarget(false)
+      const result = yield* store((s) => s.reclaim())
+      assert.deepStrictEqual(result.lostSessions, ["s1"])
+      assert.isUndefined(result.returned)
+      assert.deepInclude((yield* Effect.promise(() => admin("GET", "/v1/sessions/s1"))).body, { state: "lost" })
+    }),
+  )
+})
