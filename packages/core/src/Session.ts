@@ -306,6 +306,19 @@ export const lastMoveOf = (events: readonly Event[], hostId: string): LastMove |
   return null
 }
 
+/**
+ * The session's latest move, as its history has it (oldest first): the move its newest
+ * `MoveBegun` event names (pending, committed or aborted since); null when it never moved. What
+ * `Store.latestMove` reads (the move itself, if still kept).
+ */
+export const latestMoveIdOf = (events: readonly Event[]): string | null => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const e = events[i]!
+    if (e._tag === "MoveBegun") return e.moveId
+  }
+  return null
+}
+
 /** What happened to a session, for its history. `hostId` names the host it happened on, where there is one. */
 export type Event =
   | { readonly _tag: "Created" }

@@ -21,7 +21,7 @@ import * as Pages from "./Pages.js"
 import { toMove, toSession } from "./Rows.js"
 import { movePairs, moves } from "./schema.js"
 
-type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "markResendOwed" | "getMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
+type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "markResendOwed" | "getMove" | "latestMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
 
@@ -283,6 +283,28 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
       Effect.flatMap(
         db.pool.use((exec) => exec.select().from(moves).where(eq(moves.id, id))),
         (rows) => (rows[0] === undefined ? Effect.fail(moveNotFound(id)) : Effect.succeed(toMove(rows[0]))),
+      ).pipe(dieOnUnique),
+
+    // The move the session's newest `MoveBegun` event names (core's `Session.latestMoveIdOf`): one
+    // statement, the session's events read newest first by their primary key until that event,
+    // then the move by its own; a pruned move is null.
+    latestMove: (sessionId) =>
+      Effect.map(
+        db.pool.use((exec) =>
+          exec
+            .select()
+            .from(moves)
+            .where(
+              and(
+                eq(moves.sessionId, sessionId),
+                eq(
+                  moves.id,
+                  sql`(select e.event->>'moveId' from session_events e where e.session_id = ${sessionId} and e.event->>'_tag' = 'MoveBegun' order by e.seq desc limit 1)`,
+                ),
+              ),
+            ),
+        ),
+        (rows) => (rows[0] === undefined ? null : toMove(rows[0])),
       ).pipe(dieOnUnique),
 
     // One statement whatever the number of ids, as `getSessions`.

@@ -1186,6 +1186,12 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
 
     getMove: (id) => Effect.map(findMove(id), moveOf),
+    latestMove: (sessionId) =>
+      Effect.sync(() => {
+        const id = Session.latestMoveIdOf((history.get(sessionId) ?? []).map((e) => e.event))
+        const m = id === null ? undefined : moves.get(id)
+        return m === undefined ? null : moveOf(m)
+      }),
     getMoves: (ids) => Effect.sync(() => foundIn(moves, ids, moveOf)),
     listMoves: (filter = {}) =>
       Effect.suspend(() => {

@@ -336,9 +336,26 @@ export interface StoreShape {
    * changed); a repeat changes nothing. The mark is kept with the move (not on its record): it
    * opens the way back to the source when the target's reservation is reclaimed (core's
    * `Reclaim.wayBackOf`, read by `reclaim`).
+   *
+   * Optional: a store without it keeps no mark, so its `reclaim` never sends a session back to a
+   * move's source (the session reclaimed from a dead target ends lost, as before the mark); the
+   * coordinator then refuses `POST /v1/moves/{id}/resend` with a 400 naming `owed`, which a
+   * source's agent takes as a coordinator older than the mark (it asks once, then settles its
+   * debt as before).
    */
-  readonly markResendOwed: (moveId: string, owed: boolean) => Fx<Move, NotFound | Conflict>
+  readonly markResendOwed?: ((moveId: string, owed: boolean) => Fx<Move, NotFound | Conflict>) | undefined
   readonly getMove: (id: string) => Fx<Move, NotFound>
+  /**
+   * The session's latest move kept (the one begun last, whatever its state: pending, committed or
+   * aborted), or null: it never moved, its moves were pruned (`pruneHistory`), or there is no such
+   * session. One short read by the session (store-pg: its moves by `moves_session_idx`).
+   * Optional: the coordinator lets a host's agent read a session placed elsewhere when that host
+   * is the source or the target of the session's latest move (a move's source owing its target a
+   * resend must tell "still placed on the target" from "ended or elsewhere"); a store without it
+   * is read the slow way, to the same answer (the session's history, newest `MoveBegun` event,
+   * then that move, `getMove`).
+   */
+  readonly latestMove?: ((sessionId: string) => Fx<Move | null>) | undefined
   /**
    * The moves of `ids` that exist, in one read, as `getSessions` reads sessions: each once, in
    * no particular order, an unknown id left out, an empty list read nothing.
@@ -435,6 +452,7 @@ export const readOperations: ReadonlySet<string> = new Set<keyof StoreShape>([
   "metrics",
   "getMove",
   "getMoves",
+  "latestMove",
   "openMove",
   "listMoves",
   "pageMoves",

@@ -52,6 +52,33 @@ export const moves: Group = {
       }),
     ),
     kase(
+      "latestMove reads the session's latest move whatever its state (the one begun last, moves begun within one millisecond included), as getMove reads it; null for a session that never moved or is unknown",
+      Effect.gen(function* () {
+        const s = yield* store
+        // Optional in the interface (the coordinator falls back to the session's history): a store
+        // without it switches this case off (`skip`, with its reason) rather than passing it unread.
+        const read = s.latestMove
+        if (read === undefined) return expect.fail("the store has no latestMove (optional): skip this case, stating why")
+        yield* twoHosts
+        yield* sessionIn("s2", "running", budget)
+        expect(yield* read("s1")).toBeNull()
+        // No time passes between the moves: their order is the history's, not a clock's.
+        const first = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        expect(yield* read("s1")).toStrictEqual(yield* s.getMove(first.id))
+        yield* s.abortMove(first.id, "test")
+        expect(yield* read("s1")).toStrictEqual(yield* s.getMove(first.id))
+        const second = yield* s.beginMove({ sessionId: "s1", targetHostId: "dst", maxDowntimeMs: 600 })
+        yield* commitAfterFinal(second.id, phases)
+        expect(yield* read("s1")).toMatchObject({ id: second.id, state: "committed", sourceHostId: "src", targetHostId: "dst" })
+        expect(yield* read("s1")).toStrictEqual(yield* s.getMove(second.id))
+        // Back the other way: the latest names the new source and target.
+        const third = yield* s.beginMove({ sessionId: "s1", targetHostId: "src", maxDowntimeMs: 600 })
+        expect(yield* read("s1")).toMatchObject({ id: third.id, state: "pending", sourceHostId: "dst", targetHostId: "src" })
+        expect(yield* read("s2")).toBeNull()
+        expect(yield* read("nope")).toBeNull()
+      }),
+    ),
+    kase(
       "a commit whose phases do not fit within the downtime is refused by name and changes nothing",
       Effect.gen(function* () {
         const s = yield* store
