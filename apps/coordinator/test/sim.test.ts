@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { failingFleetLayer } from "./support/failing.js"
 import type { FleetSwitch } from "./support/failing.js"
 import { client, uid } from "./support/http.js"
+import { moveParties } from "./support/moveParties.js"
 import { apiSuite } from "./suite.js"
 
 const adminToken = "sim-admin-token-0123456789"
@@ -61,6 +62,27 @@ describe("a failed fleet read holds every park (over HTTP)", () => {
 
     sw.failFleet = false
     expect(await c.reaperPass()).toMatchObject({ _tag: "Done", descents: [{ sessionId: "p1", reason: "demand" }] })
+  })
+})
+
+describe("a store without the optional reads of moves (latestMove, markResendOwed)", () => {
+  let c: Awaited<ReturnType<typeof startCoordinator>>
+  // A user's own backend, older than both: the coordinator reads the session's history for its
+  // latest move, and keeps no resend mark.
+  const older = Layer.effect(
+    Store,
+    Effect.map(Store, (s) => {
+      const { latestMove: _latestMove, markResendOwed: _markResendOwed, ...rest } = s
+      return Store.of(rest)
+    }),
+  ).pipe(Layer.provide(StoreSim.layer()))
+  beforeAll(async () => {
+    c = await startCoordinator({ store: older, reaper: false, logLevel: "Error", config: { port: 0, adminToken, reclaimGraceMs: 0 } })
+  })
+  afterAll(() => c?.stop())
+
+  it("a move's source and target read its session as on any store; the resend mark is refused with a 400 naming owed", async () => {
+    await moveParties(c.url, client(c.url, adminToken), { resendMark: false })
   })
 })
 

@@ -7,6 +7,7 @@ import { request as httpRequest } from "node:http"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client, uid } from "./support/http.js"
 import type { Answer, Client } from "./support/http.js"
+import { moveParties } from "./support/moveParties.js"
 
 export interface SuiteOptions {
   /** Starts a fresh coordinator with the reaper loop off (tests drive `reaperPass`). */
@@ -592,6 +593,10 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await client(c.url, src.token).post(`/v1/moves/${m2.id}/resend`, { owed: true })).status).toBe(409)
         await answer2
         await admin.del(`/v1/sessions/${sid2}`)
+      })
+
+      it("a move's source and target read its session wherever it is placed, while theirs is its latest move; any other host is refused 403, and every other step stays its host's", async () => {
+        await moveParties(c.url, admin, { resendMark: true })
       })
 
       it("an abort for downtime answers 503 ErrMoveDowntime with the estimate; the session stays on the source", async () => {

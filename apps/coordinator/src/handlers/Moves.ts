@@ -117,7 +117,12 @@ export const MovesHandlers = HandlerGroup.make(
         .handle("resend", ({ params, payload }) =>
           Effect.gen(function* () {
             const m = yield* Effect.interruptible(moveFor(params.id, "source"))
-            const marked = yield* api(store.markResendOwed(params.id, payload.owed))
+            // A store without the mark (`Store.markResendOwed` is optional) keeps none: refused by
+            // name, a 400 the source's agent takes as a coordinator older than the mark (it asks
+            // once, then settles its debt as before); its reclaim sends no session back.
+            const mark = store.markResendOwed
+            if (mark === undefined) return yield* badRequest("owed", "this coordinator's store keeps no resend mark (its backend has no markResendOwed): a session reclaimed from the move's target ends lost, never sent back to the source")
+            const marked = yield* api(mark(params.id, payload.owed))
             yield* payload.owed
               ? Effect.logWarning("a move's source owes its target a resend: it holds the guest's only whole copy, paused; should the target die, the session goes back to the source", { moveId: m.id, sessionId: m.sessionId, source: m.sourceHostId, target: m.targetHostId })
               : Effect.logInfo("a move's resend is settled", { moveId: m.id, sessionId: m.sessionId })

@@ -1,9 +1,9 @@
 /** `/v1/sessions…`: create, list, read, wait, history, the agent's acknowledgements, idle, resume, end, move. */
 import { ConflictError, CurrentPrincipal, EngramApi, ServiceUnavailable, WaitTimeout } from "@engram/api"
-import { Move as CoreMove } from "@engram/core"
+import { Move as CoreMove, Session } from "@engram/core"
 import { Trigger } from "@engram/reaper"
-import { Store } from "@engram/store"
-import type { Move, PlaceOutcome, Session } from "@engram/store"
+import { Store, Validate } from "@engram/store"
+import type { InvalidInput, Move, NotFound, Page, PlaceOutcome, Session as SessionRecord, SessionEvent, Unavailable } from "@engram/store"
 import { Effect } from "effect"
 import { HttpApiBuilder } from "effect/http-api"
 import { randomUUID } from "node:crypto"
@@ -99,13 +99,57 @@ export const SessionsHandlers = HandlerGroup.make(
     const sessionFor = (id: string) => api(store.getSession(id)).pipe(Effect.tap((s) => requireHostOrAdmin(s.hostId)))
 
     /**
+     * The session's latest move, for the right to read it: the store's own read
+     * (`Store.latestMove`), or on a store without it the same answer the slow way (its history's
+     * newest `MoveBegun`, then that move, if still kept). Read only when the caller is a host's
+     * agent and not the session's host.
+     */
+    const latestMove = (id: string): Effect.Effect<Move | null, NotFound | Unavailable | InvalidInput> =>
+      store.latestMove !== undefined
+        ? store.latestMove(id)
+        : Effect.gen(function* () {
+            let moveId: string | null = null
+            let cursor: string | undefined = undefined
+            do {
+              const page: Page<SessionEvent> = yield* store.sessionEvents(id, { limit: Validate.maxPageLimit, cursor })
+              moveId = Session.latestMoveIdOf(page.items.map((e) => e.event)) ?? moveId
+              cursor = page.nextCursor ?? undefined
+            } while (cursor !== undefined)
+            return moveId === null ? null : yield* store.getMove(moveId).pipe(Effect.catchTag("NotFound", () => Effect.succeed(null)))
+          })
+
+    /**
+     * The session, once the caller may read it: the admin; its host's agent; or the agent of the
+     * source or the target of the session's latest move (`latestMove`), wherever the session is
+     * now (on the other party, ended, lost, queued, descended): a move's source that owes its
+     * target a resend tells "still placed on the target" from "no longer" by this read. Any other
+     * host's token: 403, as for its other steps (`sessionFor`). The move is read only when the
+     * first check fails.
+     */
+    const sessionToRead = (id: string) =>
+      api(store.getSession(id)).pipe(
+        Effect.tap((s) =>
+          requireHostOrAdmin(s.hostId).pipe(
+            Effect.catchTag("Forbidden", (refused) =>
+              Effect.gen(function* () {
+                const p = yield* CurrentPrincipal
+                if (p._tag !== "Host") return yield* refused
+                const m = yield* api(latestMove(s.id))
+                if (m === null || (m.sourceHostId !== p.hostId && m.targetHostId !== p.hostId)) return yield* refused
+              }),
+            ),
+          ),
+        ),
+      )
+
+    /**
      * The caller's right to wait on the session: the admin's needs no read (the wait's own read
      * answers an unknown session 404, as this read would); a host's agent's is its session's host.
      */
     const mayWait = (id: string) => Effect.flatMap(Effect.service(CurrentPrincipal), (p) => (p._tag === "Admin" ? Effect.void : Effect.asVoid(sessionFor(id))))
 
     /** The session with where it stands in the queue, while it is queued. */
-    const detailOf = (s: Session) =>
+    const detailOf = (s: SessionRecord) =>
       s.state === "queued" ? api(store.queueStanding(s.id)).pipe(Effect.map((standing) => sessionDetail(s, standing))) : Effect.succeed(sessionDetail(s, null))
 
     /** Counts a create's or a cold resume's outcome and wakes who waits on it: its host's agent and its waiters. */
@@ -156,7 +200,7 @@ export const SessionsHandlers = HandlerGroup.make(
             return pageJson(page, (x) => x)
           }),
         )
-        .handle("get", ({ params }) => sessionFor(params.id).pipe(Effect.flatMap(detailOf)))
+        .handle("get", ({ params }) => sessionToRead(params.id).pipe(Effect.flatMap(detailOf)))
         .handle("wait", ({ params, query }) =>
           Effect.gen(function* () {
             // The caller's right to the session is read inside the long-poll's admission: a wait
