@@ -11,11 +11,11 @@
  * coordinator whose 409 (already done) counts as done.
  */
 import { Records } from "@engram/api"
-import { Downtime, Lifetime, Limits, Names, Session } from "@engram/core"
+import { Downtime, Lifetime, Limits, Names } from "@engram/core"
 import type { ImageStore, Launch, RuntimeInfo, TemplateInfo, TemplateSpec, VmRuntimeShape, VmSpec, VmUsage } from "@engram/runtime"
 import { nowMs } from "@engram/runtime"
 import { Clock, Deferred, Effect, Fiber, FiberHandle, FiberMap, Option, Ref, type Result, type Scope, Semaphore } from "effect"
-import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, ranBefore, refusedInput } from "./Coordinator.js"
+import { type Assignments, type AssignedMove, type AssignedSession, type Conflict, type CoordinatorError, type CoordinatorShape, isNotFound, neverRan, notVisible, placedOn, ranBefore, refusedInput } from "./Coordinator.js"
 import type * as ImageFetch from "./ImageFetch.js"
 import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
@@ -1185,7 +1185,8 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (m._tag === "Failure" ? !isNotFound(m.failure, "move", moveId) : m.success.state === "pending") return false
         if (m._tag === "Success" && m.success.state === "aborted") return true
         const s = yield* coordinator.getSession(vmId).pipe(Effect.option)
-        return s._tag === "Some" && (s.value === null || s.value.hostId !== me)
+        // Not visible (403): not on this host, as another host's placement is.
+        return s._tag === "Some" && (s.value === null || s.value === notVisible || s.value.hostId !== me)
       })
 
     /** The reads of `destroyIfNotMine` open at once, at most `sessionReadsAtOnce`. */
@@ -1214,7 +1215,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           return
         }
         const s = fresh.success
-        if (s !== null && s.hostId === me && Session.holdsReservation(s.state)) {
+        if (s !== null && s !== notVisible && placedOn(s, me)) {
           yield* log("kept: an assignments answer left this VM out, but the coordinator's session says it is this host's (the answer was older)", { sessionId: vmId, state: s.state })
           return
         }
@@ -1224,7 +1225,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if ((yield* residents.pendingCommits).some((p) => p.sessionId === vmId)) return
         yield* runtime.destroy(vmId)
         yield* residents.remove(vmId)
-        yield* log("destroyed: no longer assigned to this host", { sessionId: vmId, ...(s === null ? {} : { state: s.state, sessionHostId: s.hostId }) })
+        yield* log("destroyed: no longer assigned to this host", { sessionId: vmId, ...(s === null ? {} : s === notVisible ? { state: "not visible to this host" } : { state: s.state, sessionHostId: s.hostId }) })
       })
 
     /**

@@ -7,6 +7,7 @@
  * moved on) is `Conflict`, which the agent treats as done. Given several replicas' URLs it talks
  * to one at a time and moves to the next when that one is unreachable or hung (`Failover`).
  */
+import { Session } from "@engram/core"
 import { Client, Errors as ApiErrors, Payloads } from "@engram/api"
 import type { ApiError, Records } from "@engram/api"
 import { Clock, Context, Duration, Effect, Layer, Schema } from "effect"
@@ -137,6 +138,19 @@ export const isNotFound = (e: { readonly _tag: string }, entity: "move" | "sessi
 
 type Fx<A> = Effect.Effect<A, Conflict | CoordinatorError>
 
+/**
+ * The answer of `getSession` when the coordinator refuses this host the read (its 403): the
+ * session is not placed on this host, and this host took no part in its latest move (a
+ * coordinator older than that rule refuses every session placed elsewhere, or on no host). It
+ * is not "ended": the session may still be placed on another host.
+ */
+export const notVisible = "notVisible" as const
+export type NotVisible = typeof notVisible
+
+/** The session `read` answered, placed on `hostId` holding a reservation there (core's `Session.holdsReservation`). */
+export const placedOn = (read: AssignedSession | null | NotVisible, hostId: string): boolean =>
+  read !== null && read !== notVisible && read.hostId === hostId && Session.holdsReservation(read.state)
+
 /** The agent-facing coordinator API. */
 export interface CoordinatorShape {
   /** The host's measurement, with the sessions whose guest was active since the last report (none: omitted). */
@@ -176,10 +190,13 @@ export interface CoordinatorShape {
   /** `GET /v1/moves/{id}` (this host is its source or target). */
   readonly getMove: (moveId: string) => Fx<MoveView>
   /**
-   * `GET /v1/sessions/{id}`; null when the session is not this host's (403) or unknown (the API's
-   * 404 of the session: never created, or ended and pruned). Any other 404 is a `CoordinatorError`.
+   * `GET /v1/sessions/{id}`; null when the session is unknown (the API's 404 of the session: never
+   * created, or ended and pruned); `notVisible` when this host may not read it (403: it is not
+   * placed on this host, and this host is neither the source nor the target of its latest move).
+   * Any other 404 is a `CoordinatorError`. `notVisible` says the session is not on this host, and
+   * nothing of where it is: never read it as "ended".
    */
-  readonly getSession: (sessionId: string) => Fx<AssignedSession | null>
+  readonly getSession: (sessionId: string) => Fx<AssignedSession | null | NotVisible>
   /**
    * The agent's heartbeat interval changed (it learned the coordinator's stale window): later
    * calls are bounded, and state their bound, by `Failover.callTimeoutFor` of it, as at start, never
@@ -435,7 +452,7 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         call("getSession", (api) => api.sessions.get({ params: { id } })).pipe(
           Effect.catchIf(
             (e) => e._tag === "CoordinatorError" && (e.status === 403 || isNotFound(e, "session", id)),
-            () => Effect.succeed(null),
+            (e): Effect.Effect<null | NotVisible> => Effect.succeed(e._tag === "CoordinatorError" && e.status === 403 ? notVisible : null),
           ),
         ),
       followHeartbeat: (intervalMs) =>

@@ -31,9 +31,9 @@
  * the phases name every part of the pause and sum to it.
  */
 import { Effect, Fiber } from "effect"
-import { type Downtime, Move as CoreMove, Session } from "@engram/core"
+import { type Downtime, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
-import { type AssignedMove, type Conflict, CoordinatorError, type CoordinatorShape, isNotFound, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
+import { type AssignedMove, type Conflict, CoordinatorError, type CoordinatorShape, isNotFound, notVisible, placedOn, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
 import * as Pacing from "./Pacing.js"
 import type { MoveHeader } from "./MoveTarget.js"
@@ -805,7 +805,8 @@ const settleGone = (deps: SettleDeps, owed: PendingCommit, step: string) =>
       yield* Effect.logWarning(`${reason}; the session's placement cannot be read, retried on the next pass`, { moveId: owed.moveId, sessionId: owed.sessionId, error: session.failure.message })
       return { _tag: "Owed", reason: `${reason}; the session's placement cannot be read: ${session.failure.message}` } as const
     }
-    const here = session.success !== null && session.success.hostId === deps.hostId && Session.holdsReservation(session.success.state)
+    // Not visible (403) is not this host's placement either: the rule "not here" holds for it.
+    const here = placedOn(session.success, deps.hostId)
     const local = yield* residents.get(owed.sessionId)
     const paused = local !== undefined && local.moveId === null
     if (!here) {
@@ -814,7 +815,7 @@ const settleGone = (deps: SettleDeps, owed: PendingCommit, step: string) =>
         yield* residents.remove(owed.sessionId)
       }
       yield* residents.removePendingCommit(owed.moveId)
-      yield* Effect.logWarning(`${reason}. The session is not on this host (${session.success === null ? "not visible to this host" : `${session.success.state} on ${session.success.hostId ?? "no host"}`}): ${paused ? "the paused copy was destroyed" : "no copy was left here"}; the target's copy was not touched`, {
+      yield* Effect.logWarning(`${reason}. The session is not on this host (${session.success === null ? "unknown to the coordinator" : session.success === notVisible ? "placed elsewhere, not visible to this host" : `${session.success.state} on ${session.success.hostId ?? "no host"}`}): ${paused ? "the paused copy was destroyed" : "no copy was left here"}; the target's copy was not touched`, {
         moveId: owed.moveId,
         sessionId: owed.sessionId,
       })
@@ -942,7 +943,7 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       if (m.state !== "aborted") return yield* stayPaused(`the move reads ${m.state}`)
       const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
       if (session._tag === "Failure") return yield* stayPaused(`the session's placement cannot be read (${session.failure.message})`)
-      const here = session.success !== null && session.success.hostId === deps.hostId && Session.holdsReservation(session.success.state)
+      const here = placedOn(session.success, deps.hostId)
       if (!here) {
         yield* residents.removePendingCommit(owed.moveId)
         yield* Effect.logError(`${reason}; the move was aborted but the session is not on this host: the source copy is not resumed`, { moveId: owed.moveId, sessionId: owed.sessionId })
@@ -1193,7 +1194,7 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
       })
       return { _tag: "Owed", reason } as const
     }
-    const here = session.success !== null && session.success.hostId === deps.hostId && Session.holdsReservation(session.success.state)
+    const here = placedOn(session.success, deps.hostId)
     const local = yield* residents.get(owed.sessionId)
     if (here && local !== undefined && local.moveId === null) {
       // The coordinator places the session here: its view wins. Destroy the target's copy first
@@ -1223,7 +1224,7 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
     yield* Effect.logError(
       here
         ? `move commit refused: ${reason}. The coordinator places the session on this host but no local copy is left; the target's copy was not touched`
-        : `move commit refused: ${reason}. The session is not on this host (${session.success === null ? "not visible to this host" : session.success.state}); the target's copy was not touched`,
+        : `move commit refused: ${reason}. The session is not on this host (${session.success === null ? "unknown to the coordinator" : session.success === notVisible ? "placed elsewhere, not visible to this host" : session.success.state}); the target's copy was not touched`,
       { moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId },
     )
     return { _tag: "Refused", reason, restoredOnSource: false } as const
@@ -1353,22 +1354,29 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     /**
      * The session's placement, read when the target does not take the stream (no answer, or a
      * refusal without `noStream`): the copy is owed to the target only while the session is
-     * placed there. Ended, or placed elsewhere: the debt is over (placed here: the guest resumes
-     * from its pause; else the copy is destroyed). Null: still placed on the target, or unread.
+     * placed there. Ended (or unknown: pruned), or placed elsewhere: the debt is over (placed
+     * here: the guest resumes from its pause; else the copy is destroyed). Null: still placed on
+     * the target, unread, or not visible to this host (the coordinator's 403: a coordinator older
+     * than letting a move's source read its session, or a later move this host took no part in):
+     * not visible says nothing of where the session is, so the guest's only whole copy stays.
      */
     const settledByPlacement = Effect.gen(function* () {
       const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
       if (read._tag === "Failure") return null
       const session = read.success
-      if (session !== null && session.hostId === owed.target!.targetHostId && Session.holdsReservation(session.state)) return null
-      const here = session !== null && session.hostId === deps.hostId && Session.holdsReservation(session.state)
+      if (session === notVisible) {
+        yield* Effect.logWarning(`move ${owed.moveId}: the coordinator does not let this host read the session (403: older than letting a move's source read it, or a later move took it): its placement is not known, the paused copy stays`, fields)
+        return null
+      }
+      if (placedOn(session, owed.target!.targetHostId)) return null
+      const here = placedOn(session, deps.hostId)
       if (copy && here) {
         yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
         yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
       } else yield* destroyCopy
       yield* residents.removePendingCommit(owed.moveId)
       yield* untellResend(deps, owed)
-      const where = session === null ? "ended, or not visible to this host" : `${session.state} on ${session.hostId ?? "no host"}`
+      const where = session === null ? "unknown to the coordinator: ended and pruned" : `${session.state} on ${session.hostId ?? "no host"}`
       const reason = `move ${owed.moveId}: the session is no longer placed on its target ${owed.target!.targetHostId} (${where}): ${copy && here ? "the guest resumed here from its paused copy" : copy ? "the paused source copy was destroyed" : "no copy was left here"}`
       yield* Effect.logWarning(reason, fields)
       return { _tag: "Refused", reason, restoredOnSource: copy && here } as const

@@ -156,6 +156,50 @@ describe("a committed move whose final round's send fails", () => {
       assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost, [], "no loss told")
     }),
   )
+  for (const older of [false, true])
+    effect(
+      `the target unanswering while the session is still placed on it${older ? " (a coordinator older than letting a move's source read its session: 403)" : ""}: the source keeps its paused copy and the debt, pass after pass`,
+      () =>
+        Effect.gen(function* () {
+          const { fleet, copies, dead } = yield* committedThenSendFailed
+          const a = fleet.hosts[0] as TestHost
+          if (older) yield* fleet.coordinator.olderThanMoveReads(true)
+          dead.add("b")
+          const passes = Effect.gen(function* () {
+            for (let i = 0; i < 3; i++) {
+              yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+              yield* fleet.quiesce
+            }
+          })
+          yield* passes
+          // Before: { a: [] } at the first pass: the read of the session placed on b (the
+          // coordinator's 403) answered null, taken for "ended", and the copy was destroyed.
+          assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "the guest's only whole copy kept, paused")
+          assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "still owed")
+          assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.resendOwed, true, "the mark kept: should b die, the session comes back here")
+          // The client ends the session, b still unanswering.
+          yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "ended", hostId: null, reservationId: null }) }))
+          yield* passes
+          if (!older) {
+            // The source of the session's latest move reads it ended: the debt is over.
+            assert.deepStrictEqual(yield* copies, { a: [], b: [] }, "the copy destroyed once the session reads ended")
+            assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+            assert.strictEqual((yield* fleet.coordinator.get).moves.get("m1")?.resendOwed, false, "the mark cleared")
+            return
+          }
+          // Not visible says nothing of where the session is: kept until the coordinator answers
+          // that the session is unknown (its end pruned), never on a 403.
+          assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "kept while the session cannot be read")
+          yield* Ref.update(fleet.coordinator.ref, (s) => {
+            const sessions = new Map(s.sessions)
+            sessions.delete("s1")
+            return { ...s, sessions }
+          })
+          yield* passes
+          assert.deepStrictEqual(yield* copies, { a: [], b: [] }, "destroyed once the session is unknown")
+          assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+        }),
+    )
   effect("placed back on a source that no longer holds the copy: it boots the session afresh and tells the loss, not waiting for ever", () =>
     Effect.gen(function* () {
       const { fleet, copies, dead } = yield* committedThenSendFailed

@@ -86,11 +86,12 @@ describe("the agent's HTTP client (HttpApiClient over @engram/api)", () => {
     expect(late._tag === "Failure" && late.failure._tag).toBe("Conflict")
   })
 
-  it("another host's session and an unknown one read as null; a rejected token is a CoordinatorError 401", async () => {
+  it("another host's session reads as not visible and an unknown one as null; a rejected token is a CoordinatorError 401", async () => {
     const b = await clientOf("b", tokenB)
     expect((await run(b.report({ totalMib: 8192, allocatableMib: 5120, totalVcpus: 4 })))._tag).toBe("Success")
     expect((await admin("POST", "/v1/sessions", { id: "sb", memMib: 256, vcpus: 1, affinity: ["b"] })).body).toMatchObject({ hostId: "b" })
-    expect(await run(a.getSession("sb"))).toMatchObject({ _tag: "Success", success: null })
+    // Another host's session (403) is not visible, not unknown: only the 404 of the session is null.
+    expect(await run(a.getSession("sb"))).toMatchObject({ _tag: "Success", success: "notVisible" })
     expect(await run(a.getSession("never-was"))).toMatchObject({ _tag: "Success", success: null })
     expect((await run(b.getSession("sb")))._tag === "Success").toBe(true)
     const stranger = await clientOf("a", "not-a-token-of-anyone-0123456789")

@@ -11,10 +11,10 @@
  *
  * The source's state after the failed send (its copy paused, its `resend` debt written, the
  * coordinator told with the agent's own client) is set by hand, as the in-process
- * `CommittedSendFails` test reaches it through a real failed send. No pass of the source runs
- * between the debt and the reclaim: against a real coordinator, a source's read of a session
- * placed on another host is a 403, which its agent reads as "not visible" (`getSession` null), and
- * its resend settling (`settledByPlacement`, the target unanswering) then destroys the paused copy.
+ * `CommittedSendFails` test reaches it through a real failed send. Passes of the source between
+ * the debt and the reclaim (the target unanswering) read the session placed on the target: the
+ * coordinator lets the source of its latest move read it (before, a 403 its agent took for "ended",
+ * and its resend settling, `settledByPlacement`, destroyed the paused copy at the first pass).
  * The reclaim is the store's own pass (`reclaim`, as the reaper's leader runs it), called directly
  * so no reaper timing is involved. The stale window is waited out in real time (generous margins).
  */
@@ -138,7 +138,7 @@ const sourceAgent = Effect.gen(function* () {
  * operator's word), then a's copy paused owing the resend (its final send failed) when `owes`,
  * or, when not, the guest left to b (the target's own resolution: nothing owed on a).
  */
-const movedToDeadTarget = (owes: boolean) =>
+const movedToDeadTarget = (owes: boolean, sourcePassesWhileOwed = 0) =>
   Effect.gen(function* () {
     const a = yield* sourceAgent
     const created = yield* Effect.promise(() => admin("POST", "/v1/sessions", { id: "s1", memMib: 512, vcpus: 1, affinity: ["a"] }))
@@ -158,6 +158,9 @@ const movedToDeadTarget = (owes: boolean) =>
       // The word a's agent sends as it takes on the debt (`owedResend`), with its own client.
       assert.strictEqual(yield* a.client.resendOwed(move.id, true), "recorded")
       yield* a.residents.addPendingCommit({ moveId: move.id, sessionId: "s1", phases: null, target: { targetHostId: "b", memMib: 512, vcpus: 1 }, intentRecorded: true, resend: true, resendTold: true })
+      // Passes of the source while the target does not answer its commit: it reads the session's
+      // placement (still on b) to know whether its debt is over.
+      for (let i = 0; i < sourcePassesWhileOwed; i++) yield* a.pass
     } else {
       yield* a.runtime.destroy("s1")
       yield* a.residents.remove("s1")
@@ -184,6 +187,22 @@ describe("a session whose move's target died, over a real coordinator", () => {
       assert.isTrue(now !== null && now >= ranMs, `the guest's run carried on (${now} ms after ${ranMs} ms before the move), not booted afresh`)
       const events = ((yield* Effect.promise(() => admin("GET", "/v1/sessions/s1/events"))).body.items as { kind: string }[]).map((e) => e.kind)
       assert.notInclude(events, "guest-lost")
+    }),
+  )
+  effect("a source's passes while the target does not answer keep its paused copy (it reads the session placed on the target, as the move's source), and the way back then resumes it", () =>
+    Effect.gen(function* () {
+      const { a, ranMs } = yield* movedToDeadTarget(true, 2)
+      // Before: the source's read of the session placed on b was the coordinator's 403, taken for
+      // "ended or not visible": the first pass destroyed the guest's only whole copy (and cleared the mark).
+      assert.deepStrictEqual(yield* Effect.map(a.runtime.list, (vms) => vms.map((v) => [v.vmId, v.status])), [["s1", "paused"]], "the paused copy kept through the passes")
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => p.resend), [true], "still owed")
+      const result = yield* store((s) => s.reclaim())
+      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the mark kept: the session sent back to the source")
+      yield* a.pass
+      assert.deepStrictEqual(yield* Effect.map(a.runtime.list, (vms) => vms.map((v) => [v.vmId, v.status])), [["s1", "running"]], "the paused copy resumed on a")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt is over")
+      const now = yield* a.cpuMs
+      assert.isTrue(now !== null && now >= ranMs, `the guest's run carried on (${now} ms after ${ranMs} ms before the move), not booted afresh`)
     }),
   )
   effect("without the source's word (the target resolved the move itself: it ran the guest) the session is lost, never sent back to an older copy", () =>

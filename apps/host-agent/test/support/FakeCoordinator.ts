@@ -12,6 +12,7 @@ import {
   Conflict,
   CoordinatorError,
   type CoordinatorShape,
+  notVisible,
   type PhasesReport,
   type RoundReport,
 } from "../../src/Coordinator.js"
@@ -77,6 +78,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
   let losingRoundAnswers = false
   /** Whether the coordinator is older than `POST /v1/moves/{id}/resend` (its 404 of the route). */
   let olderThanResend = false
+  /** Whether the coordinator is older than letting a move's parties read its session (403 for any session not placed on the host). */
+  let olderThanMoveReads = false
   let roundsAdded = 0
   /** Hosts whose calls never arrive (a frozen or cut-off agent, as the coordinator sees it). */
   const silenced = new Set<string>()
@@ -128,8 +131,14 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     getSession: (id) =>
       Effect.map(Ref.get(ref), (s) => {
         const x = s.sessions.get(id)
-        // Like the HTTP client: a session of another host (403) or none (404) is null.
-        return x === undefined || x.hostId !== hostId ? null : x
+        // As the coordinator, through the HTTP client: none (404) is null; a session this host may
+        // not read (403: not placed here, and this host neither the source nor the target of its
+        // latest move, the one begun last) is `notVisible`.
+        if (x === undefined) return null
+        if (x.hostId === hostId) return x
+        if (olderThanMoveReads) return notVisible
+        const latest = [...s.moves.values()].filter((m) => m.sessionId === id).at(-1)
+        return latest !== undefined && (latest.sourceHostId === hostId || latest.targetHostId === hostId) ? x : notVisible
       }),
     started: (id) =>
       Effect.flatten(
@@ -247,6 +256,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
     loseRoundAnswers: (on: boolean) => Effect.sync(() => void (losingRoundAnswers = on)),
     /** Answers `resendOwed` as a coordinator older than the call does. */
     olderThanResend: (on: boolean) => Effect.sync(() => void (olderThanResend = on)),
+    /** Answers a session read as a coordinator older than letting a move's parties read its session does: 403 unless placed on the host. */
+    olderThanMoveReads: (on: boolean) => Effect.sync(() => void (olderThanMoveReads = on)),
     /** From now on the host's calls fail (`true`) or arrive again (`false`). */
     silence: (hostId: string, on: boolean) => Effect.sync(() => (on ? silenced.add(hostId) : silenced.delete(hostId))),
     addSession: (id: string, hostId: string, memMib: number, vcpus = 1, template?: string) =>
