@@ -57,7 +57,7 @@ export class SessionsApi extends HttpApiGroup.make("sessions")
     HttpApiEndpoint.get("get", "/v1/sessions/:id", { params: PathId, success: SessionDetail, error: StandardErrors }).annotateMerge(
       doc(
         "Read a session",
-        `The session's state, budget, host and reservation; while it is queued, \`queue: {position, noFit, tooBig}\` says where it stands and why no host takes it (null otherwise).${hostOrAdmin}`,
+        `The session's state, budget, host and reservation; while it is queued, \`queue: {position, noFit, tooBig}\` says where it stands and why no host takes it (null otherwise).${hostOrAdmin} The token of the source or the target host of the session's latest move reads it too, wherever the session is now (a move's source owing its target a resend tells "still placed on the target" from "ended or elsewhere" by it); any other host's: 403.`,
       ),
     ),
     HttpApiEndpoint.get("wait", "/v1/sessions/:id/wait", { params: PathId, query: WaitQuery, success: SessionDetail, error: [...LongPollErrors, WaitTimeout] }).annotateMerge(
