@@ -165,7 +165,7 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
   const held: E[] = []
   const ways = new Map<string, Way>()
   for (const w of input.ways ?? []) ways.set(w.sessionId, w)
-  const returned: { sessionId: string; hostId: string; plan: Plan.Plan }[] = []
+  const returned: { sessionId: string; hostId: string; plan: Plan.Plan; entry: E }[] = []
   /** What the pass's returns took on each source so far: two returns to one host never share its room. */
   const taken = new Map<string, { readonly budget: Headroom.Budget; readonly entries: number }>()
   /** The hosts of the doomed entries: a plan relying on one of them would share its sums with the pass's own plan (`Plan.checkGroup`). */
@@ -234,7 +234,7 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
         // The entry is released by the pass's own plan (a plan relying on the source releases nothing elsewhere).
         removed.add(e.id)
         ledger.push(Plan.release(e, "reclaimed"))
-        returned.push({ sessionId: s.id, hostId: back.host!.hostId, plan: back })
+        returned.push({ sessionId: s.id, hostId: back.host!.hostId, plan: back, entry: e })
         continue
       } else if (s !== undefined && s.reservationId === e.id) {
         const m = openOf.get(s.id) ?? null
@@ -267,6 +267,20 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
     }
   }
 
+  // A return relies on its source's row; the pass's own plan must not change that host too
+  // (`Plan.checkGroup` refuses the group: the whole pass would fail, every pass). Besides the
+  // doomed entries' hosts (held above), a lost session's open move releases its target's entry,
+  // and that target may be a return's source: such a return is held, its entry judged again on
+  // the next pass, once the release is written.
+  const releasedOn = new Set(ledger.flatMap((c) => (c._tag === "Release" && !returned.some((r) => r.entry.id === c.id) ? [c.hostId] : [])))
+  for (const r of returned.filter((x) => releasedOn.has(x.hostId))) {
+    returned.splice(returned.indexOf(r), 1)
+    ledger.splice(
+      ledger.findIndex((c) => c._tag === "Release" && c.id === r.entry.id),
+      1,
+    )
+    held.push(r.entry)
+  }
   const changed = [...current.keys()].filter((id) => current.get(id) !== before.get(id)).sort()
   const plan = Plan.make(now, {
     // Each session written once, from the state it was read in, to where the cascade left it.
@@ -280,9 +294,9 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
   return {
     plan,
     reclaimed: doomed.filter((e) => !heldIds.has(e.id)),
-    held,
+    held: held.sort(byId),
     lostSessions: lost.sort(),
-    returned: returned.sort((a, b) => byId({ id: a.sessionId }, { id: b.sessionId })),
+    returned: returned.map(({ sessionId, hostId, plan }) => ({ sessionId, hostId, plan })).sort((a, b) => byId({ id: a.sessionId }, { id: b.sessionId })),
     closedMoves: [...closed.values()].sort(byId),
     imageHostIds,
   }

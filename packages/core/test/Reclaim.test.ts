@@ -1,6 +1,6 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { Ledger, Limits, Reclaim, Session } from "../src/index.js"
+import { Ledger, Limits, Plan, Reclaim, Session } from "../src/index.js"
 import type { LedgerEntry , Move} from "../src/index.js"
 
 const windowMs = Limits.defaults.heartbeatStaleWindowMs
@@ -361,6 +361,30 @@ describe("a reclaimed session goes back to the source of a move committed withou
     expect(Reclaim.wayBackOf(s, e, moved("src", "h1"), undefined)).toBeNull()
     expect(Reclaim.wayBackOf(s, e, moved("src", "h1"), owed(false))).toBeNull()
     expect(Reclaim.wayBackOf(s, e, moved("src", "h1"), owed())).toBe("src")
+  })
+
+  it("is held, not lost, while the pass releases an entry on the source for another session (a lost session's move to it): the group would be refused whole", () => {
+    // s2 was moving from hx (now dead: its entry stale) to src; its loss releases the move's entry on src.
+    const m2: Move.Record = { ...move("m2", "s2", "me2"), sourceHostId: "hx", targetHostId: "src" }
+    const d = Reclaim.decide(
+      {
+        entries: [entry("e1", "session", "s1", stale), entry("e2", "session", "s2", stale, "hx")],
+        sessions: [session("s1", "running", "e1"), session("s2", "moving", "e2", "hx")],
+        openMoves: [m2],
+        ways: [way("s1", 4096)],
+      },
+      now,
+    )
+    expect(d.lostSessions).toStrictEqual(["s2"])
+    expect(d.plan.ledger.flatMap((c) => (c._tag === "Release" ? [[c.id, c.hostId]] : []))).toContainEqual(["me2", "src"])
+    expect(d.returned).toStrictEqual([])
+    expect(d.held.map((e) => e.id)).toStrictEqual(["e1"])
+    expect(d.reclaimed.map((e) => e.id)).toStrictEqual(["e2"])
+    // The group a store applies is one it accepts.
+    expect(Plan.checkGroup([d.plan, ...d.returned.map((r) => r.plan)])).toBeNull()
+    // The next pass, the release written (the move closed, s2 lost): s1 goes back.
+    const next = Reclaim.decide({ entries: [entry("e1", "session", "s1", stale)], sessions: [session("s1", "running", "e1")], openMoves: [], ways: [way("s1", 4096)] }, now)
+    expect(next.returned.map((r) => r.sessionId)).toStrictEqual(["s1"])
   })
 
   it("is held, not lost, while the source's own entries are reclaimed in the same pass", () => {
