@@ -55,6 +55,10 @@ describe("statements with a list of keys read by index", () => {
     await explain`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at, ended_at)
       select 'm' || g, 's' || g, 'h' || g, 'h' || (g % ${many} + 1), 'r' || g, 1000, 'committed', g, g from generate_series(1, ${many}) g
       union all select 'm0', 's1', 'h1', 'h2', 'rm0', 1000, 'pending', 0, null`
+    // Each session's history: created, placed (the reclaim reads the newest event of each running session whose entry goes).
+    await explain`insert into session_events (session_id, seq, at, event)
+      select 's' || g, k, k, case when k = 1 then '{"_tag":"Created"}'::jsonb else jsonb_build_object('_tag', 'Placed', 'hostId', 'h' || g) end
+      from generate_series(1, ${many}) g, generate_series(1, 2) k`
     await explain`vacuum analyze`
   }, 120_000)
   afterAll(async () => {
@@ -165,11 +169,13 @@ describe("statements with a list of keys read by index", () => {
     // The first read took only the entries past the stale window: run again, now that they are gone, it returns none of the 10,000 live ones.
     expect(await firstReadRows(sent)).toBe(0)
     const plans = await plansOf(statements)
-    // The move owners' sessions, then the locks: sessions, moves, reservations; the hosts (the apply's, in the transaction).
-    expect([...new Set(plans.map((p) => p.table))]).toStrictEqual(["moves", "sessions", "reservations", "hosts"])
+    // The move owners' sessions, then the locks: sessions, moves, reservations; the newest event of
+    // each running session whose entry goes (its way back to a move's source, `Reclaim.wayBackOf`);
+    // the hosts (the apply's, in the transaction).
+    expect([...new Set(plans.map((p) => p.table))]).toStrictEqual(["moves", "sessions", "reservations", "session_events", "hosts"])
     for (const p of plans) expect({ table: p.table, mode: p.mode, seqScan: p.seqScan }).toStrictEqual({ table: p.table, mode: p.mode, seqScan: [] })
-    // By the primary key; the open moves (here one) may come from an index of the pending ones.
-    for (const p of plans) expect(p.indexes.some((i) => i === `${p.table}_pkey` || /^moves_\w+_pending_idx$|^moves_open_idx$/.test(i))).toBe(true)
+    // By the primary key (the events by theirs, session and seq, newest first); the open moves (here one) may come from an index of the pending ones.
+    for (const p of plans) expect(p.indexes.some((i) => i === `${p.table}_pkey` || /^moves_\w+_pending_idx$|^moves_open_idx$|^session_events_session_id_seq_pk$/.test(i))).toBe(true)
     // Four locking reads (sessions, moves, reservations, hosts), each in id order, custom and generic.
     const locking = plans.filter((p) => p.locks.length > 0)
     expect(locking.map((p) => p.table)).toStrictEqual(["sessions", "sessions", "moves", "moves", "reservations", "reservations", "hosts", "hosts"])
