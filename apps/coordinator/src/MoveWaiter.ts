@@ -20,7 +20,11 @@ import { Settings } from "./Settings.js"
 
 /** How a move ended, as far as its waiter knows. */
 export type MoveOutcome =
-  | { readonly _tag: "Committed"; readonly move: Move; readonly phases: NonNullable<Move["phases"]> }
+  /**
+   * Committed: by its source, with the measured phases of its pause; or on a resolution (the
+   * target's report that it runs the guest, or an operator's word), phases null: not measured.
+   */
+  | { readonly _tag: "Committed"; readonly move: Move; readonly phases: Move["phases"] }
   /** The downtime guard refused it: the record carries the estimate (`abortEstimateMs`). */
   | { readonly _tag: "Refused"; readonly move: Move; readonly estimateMs: number }
   /** Aborted for another reason (the agent's, an operator's, the session ended). */
@@ -39,7 +43,8 @@ export interface MoveWaiterShape {
 }
 
 const verdict = (m: Move, timeoutMs: number): MoveOutcome =>
-  m.state === "committed" && m.phases !== null
+  // Committed whoever committed it: a resolution's commit carries no phases and is no abort.
+  m.state === "committed"
     ? { _tag: "Committed", move: m, phases: m.phases }
     : m.state === "pending"
       ? { _tag: "CommitPending", move: m, timeoutMs }

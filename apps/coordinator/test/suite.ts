@@ -595,6 +595,49 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         await admin.del(`/v1/sessions/${sid2}`)
       })
 
+      it("the move request answers its move's resolution: committed by the target's report or an operator's word, 200 with the move and null figures (its pause not measured); aborted by an operator, 503 MoveAborted naming the reason", async () => {
+        const src = await addHost(admin, 2048)
+        const dst = await addHost(admin, 2048)
+        const final = { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 }
+        const source = client(c.url, src.token)
+        /** A move of a session running on `src` to `dst`, its final round recorded; its request's answer not awaited. */
+        const inDoubt = async () => {
+          const sid = await runningOn(src)
+          const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
+          const m = await findMove(src, sid)
+          expect((await source.post(`/v1/moves/${m.id}/rounds`, final)).status).toBe(200)
+          return { sid, moveId: m.id, answer }
+        }
+        const unmeasured = { downtimeMs: null, captureMs: null, sendMs: null, commitMs: null }
+
+        // The target's report that it runs the guest. Before: 503 MoveAborted ("aborted"), a
+        // committed move told as failed (the waiter read a commit without phases as an abort).
+        const byTarget = await inDoubt()
+        expect((await client(c.url, dst.token).post(`/v1/moves/${byTarget.moveId}/resolve`, { outcome: "commit", reason: "the target runs the guest" })).status).toBe(200)
+        const committed = await byTarget.answer
+        expect(committed.status).toBe(200)
+        expect(committed.body).toEqual({ move: (await admin.get(`/v1/moves/${byTarget.moveId}`)).body, ...unmeasured })
+        expect(committed.body.move).toMatchObject({ id: byTarget.moveId, state: "committed", phases: null, targetHostId: dst.id })
+        expect((await admin.get(`/v1/sessions/${byTarget.sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
+
+        // An operator's commit (past the final round: its word stands whatever the source reports).
+        const byOperator = await inDoubt()
+        expect((await admin.post(`/v1/moves/${byOperator.moveId}/resolve`, { outcome: "commit", reason: "the target runs the guest" })).status).toBe(200)
+        const operatorCommitted = await byOperator.answer
+        expect(operatorCommitted.status).toBe(200)
+        expect(operatorCommitted.body).toMatchObject({ move: { id: byOperator.moveId, state: "committed", phases: null }, ...unmeasured })
+
+        // An operator's abort: the abort error, naming the resolution; the session stays on the source.
+        const aborted = await inDoubt()
+        expect((await admin.post(`/v1/moves/${aborted.moveId}/resolve`, { outcome: "abort", reason: "the target host is gone" })).status).toBe(200)
+        const failed = await aborted.answer
+        expect(failed.status).toBe(503)
+        expect(failed.body).toMatchObject({ error: "MoveAborted", message: "resolved by operator: the target host is gone", moveId: aborted.moveId, maxDowntimeMs: 600 })
+        expect((await admin.get(`/v1/sessions/${aborted.sid}`)).body).toMatchObject({ state: "running", hostId: src.id })
+
+        for (const { sid } of [byTarget, byOperator, aborted]) await admin.del(`/v1/sessions/${sid}`)
+      })
+
       it("a move's source and target read its session wherever it is placed, while theirs is its latest move; any other host is refused 403, and every other step stays its host's", async () => {
         await moveParties(c.url, admin, { resendMark: true })
       })

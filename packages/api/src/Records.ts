@@ -289,13 +289,17 @@ export type AssignedMove = typeof AssignedMove.Type
 export const MovesPage = pageOf(Move)
 export type MovesPage = typeof MovesPage.Type
 
-/** 200 of a move: the committed move and its four figures. */
+/**
+ * 200 of a move: the committed move and the four figures of its pause, as its source measured
+ * them; all four null when it was committed on a resolution (SPEC §13: the target's report that
+ * it runs the guest, or an operator's word), its pause not measured (`move.phases` null too).
+ */
 export const MoveCommitted = Schema.Struct({
   move: Move,
-  downtimeMs: Num,
-  captureMs: Num,
-  sendMs: Num,
-  commitMs: Num,
+  downtimeMs: NullableNum,
+  captureMs: NullableNum,
+  sendMs: NullableNum,
+  commitMs: NullableNum,
 })
 export type MoveCommitted = typeof MoveCommitted.Type
 

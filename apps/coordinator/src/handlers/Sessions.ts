@@ -27,7 +27,10 @@ const defaultWaitMs = 30_000
 /** The `Retry-After` of a `MoveCommitPending` answer: when a re-read of the move may show its outcome. */
 const commitPendingRetryAfterMs = 5000
 
-/** A move's outcome as the HTTP answer: 200 with the figures, or 503 naming what happened. */
+/** The figures of a move committed on a resolution (the target's report, an operator's word): its pause was not measured. */
+const unmeasured = { downtimeMs: null, captureMs: null, sendMs: null, commitMs: null } as const
+
+/** A move's outcome as the HTTP answer: 200 with the figures (null when committed on a resolution), or 503 naming what happened. */
 const moveAnswer = (o: MoveOutcome) => {
   const m = o.move
   // `retryAfterMs: null`: no retry hint, the same request gets the same answer.
@@ -44,7 +47,7 @@ const moveAnswer = (o: MoveOutcome) => {
     )
   switch (o._tag) {
     case "Committed":
-      return Effect.succeed({ move: m, ...o.phases })
+      return Effect.succeed({ move: m, ...(o.phases ?? unmeasured) })
     case "Refused":
       return fail("ErrMoveDowntime", m.abortReason ?? "refused for downtime", { estimateMs: o.estimateMs, retryAfterMs: null })
     case "Aborted":
@@ -315,7 +318,7 @@ export const SessionsHandlers = HandlerGroup.make(
             const outcome = yield* Effect.andThen(
               warned,
               api(waiter.outcome(begun)).pipe(
-                Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
+                Effect.tap((o) => Tracing.annotate(span, { "engram.move.outcome": o._tag, ...(o._tag === "Committed" && o.phases !== null ? { "engram.move.downtime_ms": o.phases.downtimeMs } : {}) })),
                 span("engram.move.wait"),
               ),
             ).pipe(Effect.ensuring(moveSpans.close(begun.id)))

@@ -41,7 +41,9 @@ export const moveParties = async (url: string, admin: Client, options: { readonl
     const moveId = await moveOf(source, sessionId)
     expect((await source.http.post(`/v1/moves/${moveId}/rounds`, final)).status).toBe(200)
     expect((await target.http.post(`/v1/moves/${moveId}/resolve`, { outcome: "commit", reason: "the target runs the guest" })).status).toBe(200)
-    await answer
+    // Committed: the move request answers 200 (its figures null, the pause not measured), not 503 MoveAborted.
+    const done = await answer
+    expect([done.status, done.body.move?.state, done.body.downtimeMs]).toEqual([200, "committed", null])
     return moveId
   }
   const read = async (who: Agent, sessionId: string) => {
