@@ -494,7 +494,10 @@ const sessions = Command.make("sessions").pipe(
           yield* json
             ? printJson(m)
             : print(
-                `${a.id} moved to ${m.move.targetHostId}: paused ${Format.duration(m.downtimeMs)} (capture ${Format.duration(m.captureMs)}, send ${Format.duration(m.sendMs)}, commit ${Format.duration(m.commitMs)}) within ${Format.duration(a.maxDowntime)}`,
+                m.downtimeMs === null || m.captureMs === null || m.sendMs === null || m.commitMs === null
+                  ? // Committed on a resolution (the target's report that it runs the guest, or an operator's word): no measured pause.
+                    `${a.id} moved to ${m.move.targetHostId}: committed on a resolution (its target's report or an operator's word); its pause was not measured`
+                  : `${a.id} moved to ${m.move.targetHostId}: paused ${Format.duration(m.downtimeMs)} (capture ${Format.duration(m.captureMs)}, send ${Format.duration(m.sendMs)}, commit ${Format.duration(m.commitMs)}) within ${Format.duration(a.maxDowntime)}`,
               )
         }),
     ).pipe(Command.withDescription("move a running session live to another host within a downtime budget")),

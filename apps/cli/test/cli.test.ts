@@ -154,6 +154,30 @@ describe("engram sessions and why", () => {
     await engram(["sessions", "end", s], { env })
   })
 
+  it("a move committed on a resolution prints that its pause was not measured, exit 0; --json prints the API's answer", async () => {
+    const final = { kind: "final", wireBytes: 1000, apparentBytes: 1000, sendMs: 1, captureMs: 1 }
+    const s = uid("r")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
+    await started(c.url, s)
+    const moving = engram(["sessions", "move", s, "--max-downtime", "600ms", "--to", big], { env })
+    const move = await pendingMove(c.url, small, s)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/rounds`, final)).status).toBe(200)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/resolve`, { outcome: "commit", reason: "the target runs the guest" })).status).toBe(200)
+    // Before: exit 1, "engram: aborted", for a move that committed.
+    const r = await moving
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout).toBe(`${s} moved to ${big}: committed on a resolution (its target's report or an operator's word); its pause was not measured\n`)
+    // Back again, as a script reads it.
+    const back = engram(["sessions", "move", s, "--max-downtime", "600ms", "--to", small, "--json"], { env })
+    const again = await pendingMove(c.url, big, s)
+    expect((await call(c.url, "POST", `/v1/moves/${again.id}/rounds`, final)).status).toBe(200)
+    expect((await call(c.url, "POST", `/v1/moves/${again.id}/resolve`, { outcome: "commit", reason: "the target runs the guest" })).status).toBe(200)
+    const j = await back
+    expect(j.code, j.stderr).toBe(0)
+    expect(JSON.parse(j.stdout)).toMatchObject({ move: { id: again.id, state: "committed", phases: null }, downtimeMs: null, captureMs: null, sendMs: null, commitMs: null })
+    await engram(["sessions", "end", s], { env })
+  })
+
   it("moves show prints the pause by phase and the guard's allowance and estimate with their errors; hosts allowances shows the learned allowance per target", async () => {
     const s = uid("g")
     await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })

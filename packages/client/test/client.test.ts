@@ -119,6 +119,32 @@ describe("the Promise client", () => {
     await engram.sessions.end(id)
   })
 
+  it("a move committed on a resolution answers the committed move with null figures (its pause not measured); one aborted by an operator is a MoveFailed naming the resolution", async () => {
+    const final = { kind: "final", wireBytes: 1000, apparentBytes: 1000, sendMs: 1, captureMs: 1 }
+    const inDoubt = async () => {
+      const id = uid("r")
+      await engram.sessions.create({ id, memMib: 512, vcpus: 1, affinity: [small] })
+      await started(c.url, id)
+      const moving = engram.sessions.move(id, { targetHostId: big, maxDowntimeMs: 600 }).catch((e: unknown) => e)
+      const move = await pendingMove(c.url, small, id)
+      expect((await call(c.url, "POST", `/v1/moves/${move.id}/rounds`, final)).status).toBe(200)
+      return { id, moveId: move.id, moving }
+    }
+    // Before: a MoveFailed (503 MoveAborted, "aborted") for a move that committed.
+    const committed = await inDoubt()
+    expect((await call(c.url, "POST", `/v1/moves/${committed.moveId}/resolve`, { outcome: "commit", reason: "the target runs the guest" })).status).toBe(200)
+    expect(await committed.moving).toEqual({ move: await engram.moves.get(committed.moveId), downtimeMs: null, captureMs: null, sendMs: null, commitMs: null })
+    expect(await engram.sessions.get(committed.id)).toMatchObject({ state: "running", hostId: big })
+    const aborted = await inDoubt()
+    expect((await call(c.url, "POST", `/v1/moves/${aborted.moveId}/resolve`, { outcome: "abort", reason: "the target host is gone" })).status).toBe(200)
+    const err = await aborted.moving
+    expect(err).toBeInstanceOf(Errors.MoveFailed)
+    expect(err).toMatchObject({ code: "MoveAborted", moveId: aborted.moveId, message: "resolved by operator: the target host is gone" })
+    expect(await engram.sessions.get(aborted.id)).toMatchObject({ state: "running", hostId: small })
+    await engram.sessions.end(committed.id)
+    await engram.sessions.end(aborted.id)
+  })
+
   it("hosts: read, cordon and uncordon", async () => {
     expect(await engram.hosts.get(big)).toMatchObject({ id: big, state: "ready", measured: true, allocatableMib: 8192, cpuBudget: 32 })
     expect(await engram.hosts.cordon(big)).toMatchObject({ id: big, state: "cordoned" })

@@ -169,12 +169,17 @@ const runTour = (engram: EngramClientShape, hostIds: readonly string[]) =>
     const moved = yield* Effect.result(engram.sessions.move(id("c"), { targetHostId: big, maxDowntimeMs: 700 }))
     if (moved._tag === "Success") {
       const m = moved.success
-      // Said as measured: the guard decides on estimates, and a loaded machine can pause longer.
-      const within = m.downtimeMs <= 700 ? "within its 700 ms downtime budget" : "but over its 700 ms downtime budget (the estimates missed: a loaded machine)"
-      yield* say(
-        `  4. It moves live to ${big} ${within}: paused ${Math.round(m.downtimeMs)} ms (capture ${Math.round(m.captureMs)}, send ${Math.round(m.sendMs)}, commit ${Math.round(m.commitMs)} ms).`,
-        { downtimeMs: m.downtimeMs, captureMs: m.captureMs, sendMs: m.sendMs, commitMs: m.commitMs },
-      )
+      if (m.downtimeMs === null || m.captureMs === null || m.sendMs === null || m.commitMs === null) {
+        // Committed on a resolution (the target's report that it runs the guest, or an operator's word): the pause was not measured.
+        yield* say(`  4. It moves live to ${big}, committed on a resolution (its target's report or an operator's word; its pause not measured).`, { moveId: m.move.id, phases: null })
+      } else {
+        // Said as measured: the guard decides on estimates, and a loaded machine can pause longer.
+        const within = m.downtimeMs <= 700 ? "within its 700 ms downtime budget" : "but over its 700 ms downtime budget (the estimates missed: a loaded machine)"
+        yield* say(
+          `  4. It moves live to ${big} ${within}: paused ${Math.round(m.downtimeMs)} ms (capture ${Math.round(m.captureMs)}, send ${Math.round(m.sendMs)}, commit ${Math.round(m.commitMs)} ms).`,
+          { downtimeMs: m.downtimeMs, captureMs: m.captureMs, sendMs: m.sendMs, commitMs: m.commitMs },
+        )
+      }
     } else yield* say(`  4. The move to ${big} did not commit: ${Errors.describe(moved.failure)}`, { error: moved.failure.code })
 
     const back = yield* Effect.result(engram.sessions.move(id("c"), { targetHostId: small, maxDowntimeMs: 300 }))
