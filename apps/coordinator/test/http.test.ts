@@ -4,18 +4,22 @@
 // router labels them), an answer that goes out even when the edge's handling of it fails, and
 // what Node's server answers before the edge (the parser's refusals, a missing Host, an Expect it
 // cannot meet): JSON, and counted.
+import { it as itEffect } from "@effect/vitest"
 import { AdminOnly, EngramApi } from "@engram/api"
 import { Config, Coordinator, HttpEdge, LongPolls, Metrics, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import * as StoreModule from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer, Logger, References } from "effect"
+import { Context, Effect, Fiber, Layer, Logger, References } from "effect"
 import { HttpServerRequest, HttpServerResponse } from "effect/http"
 import { HttpApi } from "effect/http-api"
+import { TestClock } from "effect/testing"
 import { Agent, createServer, request as httpRequest } from "node:http"
 import { connect } from "node:net"
 import type { AddressInfo } from "node:net"
+import { setTimeout as delay } from "node:timers/promises"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
+import { answered, clockedCoordinator } from "./support/clocked.js"
 import { client, logged, uid } from "./support/http.js"
 
 const adminToken = "http-admin-token-0123456789"
@@ -253,24 +257,37 @@ describe("kept-alive connections", () => {
 })
 
 describe("the total cap on open long-polls (ENGRAM_MAX_WAITS)", () => {
-  it("beyond it a long-poll is a 429 TooManyWaits naming this coordinator's cap; once one answers, another may open", async () => {
-    const capped = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "None", config: { port: 0, adminToken, maxWaits: 2 } })
-    try {
-      const admin = client(capped.url, adminToken)
-      expect((await admin.post("/v1/sessions", { id: "capped", memMib: 64, vcpus: 1 })).status).toBe(202)
-      const wait = () => admin.get("/v1/sessions/capped/wait?state=running&timeoutMs=2000")
-      const open = [wait(), wait()]
-      await vi.waitFor(async () => expect(await capped.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))).toBe(2), { timeout: 30_000, interval: 20 })
-      const refused = await wait()
+  // The coordinator runs whole on the test's clock: the held waits' deadlines come only when the
+  // test moves the clock, after the refused one, however slow the machine.
+  itEffect.effect("beyond it a long-poll is a 429 TooManyWaits naming this coordinator's cap; once one answers, another may open", () =>
+    Effect.gen(function* () {
+      const { url, context } = yield* clockedCoordinator({ store: StoreSim.layer(), reaper: false, config: { port: 0, adminToken, maxWaits: 2 } })
+      const admin = client(url, adminToken)
+      const longPolls = Context.get(context, LongPolls)
+      /** Until `n` long-polls are open (up to a generous real bound). */
+      const openAre = (n: number) =>
+        Effect.gen(function* () {
+          for (let i = 0; i < 1500 && longPolls.open() !== n; i++) yield* Effect.promise(() => delay(20))
+          expect(longPolls.open()).toBe(n)
+        })
+      expect((yield* Effect.promise(() => admin.post("/v1/sessions", { id: "capped", memMib: 64, vcpus: 1 }))).status).toBe(202)
+      const wait = () => Effect.promise(() => admin.get("/v1/sessions/capped/wait?state=running&timeoutMs=2000"))
+      const open = yield* Effect.forkChild(Effect.all([wait(), wait()], { concurrency: "unbounded" }))
+      yield* openAre(2)
+      const refused = yield* answered("the wait beyond the cap", wait())
       expect([refused.status, refused.body.error, refused.body.limit]).toEqual([429, "TooManyWaits", 2])
       expect(refused.body.message).toMatch(/this coordinator already holds 2 open long-polls/)
-      await Promise.all(open)
-      expect(await capped.run(Effect.map(Effect.service(LongPolls), (l) => l.open()))).toBe(0)
-      expect((await wait()).status).not.toBe(429)
-    } finally {
-      await capped.stop()
-    }
-  })
+      // The held waits' deadline: only now.
+      yield* TestClock.adjust(2000)
+      yield* answered("the held waits past their deadline", Fiber.join(open))
+      expect(longPolls.open()).toBe(0)
+      // Admitted now: it is held (open) until the clock passes its deadline in turn (a 429 would answer at once).
+      const another = yield* Effect.forkChild(wait())
+      yield* Effect.raceFirst(openAre(1), Fiber.await(another))
+      yield* TestClock.adjust(2000)
+      expect((yield* answered("the wait after one answered", Fiber.join(another))).status).not.toBe(429)
+    }).pipe(Effect.scoped),
+  )
 })
 
 describe("the kept-alive idle timeout (ENGRAM_HTTP_KEEP_ALIVE_MS)", () => {
