@@ -18,13 +18,12 @@ afterAll(() => {
 })
 
 apiSuite("PGlite", {
-  start: (o) =>
-    startCoordinator({
-      reaper: false,
-      logLevel: "Warn",
-      // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
-      config: { port: 0, dataDir: freshDir(), reclaimGraceMs: 0, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
-    }),
+  coordinator: async (o) => ({
+    reaper: false,
+    logLevel: "Warn",
+    // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
+    config: { port: 0, dataDir: freshDir(), reclaimGraceMs: 0, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
+  }),
 })
 
 describe("the embedded default survives a restart", () => {

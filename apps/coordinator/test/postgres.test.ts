@@ -12,10 +12,10 @@ afterAll(async () => {
 })
 
 apiSuite("PostgreSQL", {
-  start: async (o) => {
+  coordinator: async (o) => {
     const db = await freshDatabase()
     databases.push(db)
-    return startCoordinator({
+    return {
       reaper: false,
       logLevel: "Warn",
       config: {
@@ -26,7 +26,7 @@ apiSuite("PostgreSQL", {
         reclaimGraceMs: 0,
         ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }),
       },
-    })
+    }
   },
 })
 

@@ -18,14 +18,13 @@ import { apiSuite } from "./suite.js"
 const adminToken = "sim-admin-token-0123456789"
 
 apiSuite("StoreSim", {
-  start: (o) =>
-    startCoordinator({
-      store: StoreSim.layer(),
-      reaper: false,
-      logLevel: "Warn",
-      // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
-      config: { port: 0, adminToken, reclaimGraceMs: 0, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
-    }),
+  coordinator: async (o) => ({
+    store: StoreSim.layer(),
+    reaper: false,
+    logLevel: "Warn",
+    // The suite drives passes by hand right after start: no failover grace (grace.test.ts has its own).
+    config: { port: 0, adminToken, reclaimGraceMs: 0, ...(o?.moveTimeoutMs === undefined ? {} : { moveTimeoutMs: o.moveTimeoutMs }) },
+  }),
 })
 
 describe("a failed fleet read holds every park (over HTTP)", () => {

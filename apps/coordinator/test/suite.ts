@@ -1,18 +1,34 @@
 // The end-to-end suite over real HTTP, a function of how to start a coordinator, run once
 // per backend (StoreSim, PGlite, PostgreSQL).
+import { it as itEffect } from "@effect/vitest"
 import { EngramApi } from "@engram/api"
-import type { RunningCoordinator } from "@engram/coordinator"
+import { Notifier, startCoordinator } from "@engram/coordinator"
+import type { CoordinatorOptions, RunningCoordinator } from "@engram/coordinator"
+import { Context, Effect, Fiber } from "effect"
 import { HttpApi } from "effect/http-api"
+import { TestClock } from "effect/testing"
 import { request as httpRequest } from "node:http"
+import { setTimeout as delay } from "node:timers/promises"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, uid } from "./support/http.js"
+import { answered, clockedCoordinator } from "./support/clocked.js"
+import { call, client, uid } from "./support/http.js"
 import type { Answer, Client } from "./support/http.js"
 import { moveParties } from "./support/moveParties.js"
 
 export interface SuiteOptions {
-  /** Starts a fresh coordinator with the reaper loop off (tests drive `reaperPass`). */
-  readonly start: (overrides?: { readonly moveTimeoutMs?: number }) => Promise<RunningCoordinator>
+  /**
+   * The options of a fresh coordinator of this backend with the reaper loop off (tests drive
+   * `reaperPass`): started over real time (`startCoordinator`), or built on a test's clock.
+   */
+  readonly coordinator: (overrides?: { readonly moveTimeoutMs?: number }) => Promise<CoordinatorOptions>
 }
+
+/**
+ * The suite's move wait (ENGRAM_MOVE_TIMEOUT_MS): long, so a move the test drives (found, its
+ * rounds, its commit or abort) never outlasts it however slow the machine; every such move ends
+ * by the agent's or the operator's word. The timeout's own cases run on a test's clock.
+ */
+const suiteMoveTimeoutMs = 60_000
 
 // Capacity after policy = allocatable − 1024 (system reserve), ratio 1.0; cpuBudget = 4 × vCPUs.
 const report = (capacityMib: number, vcpus = 8) => ({ totalMib: capacityMib + 2048, allocatableMib: capacityMib + 1024, totalVcpus: vcpus })
@@ -74,11 +90,12 @@ const endpoints = (): { method: string; path: string; payload: boolean; query: b
 
 export const apiSuite = (name: string, options: SuiteOptions) =>
   describe(`coordinator over HTTP: ${name}`, () => {
+    const start = async (overrides?: { readonly moveTimeoutMs?: number }) => startCoordinator(await options.coordinator(overrides))
     let c: RunningCoordinator
     let admin: Client
     let anon: Client
     beforeAll(async () => {
-      c = await options.start({ moveTimeoutMs: 2500 })
+      c = await start({ moveTimeoutMs: suiteMoveTimeoutMs })
       admin = client(c.url, c.adminToken)
       anon = client(c.url)
     })
@@ -436,7 +453,6 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         const sid = await runningOn(src)
         const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
         const m = await findMove(src, sid)
-        // Past its intent, the move outlives the API's 2.5 s wait (it stays pending for its source): this test takes longer on a loaded machine.
         expect((await source.post(`/v1/moves/${m.id}/rounds`, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })).status).toBe(200)
         const first = (await source.get(`/v1/hosts/${src.id}/assignments`)).body
         const urlIn = (a: { moves: { id: string; targetPeerUrl?: string | null }[] }) => a.moves.find((x) => x.id === m.id)?.targetPeerUrl
@@ -674,42 +690,92 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         await admin.del(`/v1/sessions/${sid}`)
       })
 
-      it("no agent acts: the move is aborted with reason timeout and the caller gets 503 MoveTimeout", async () => {
-        const src = await addHost(admin, 2048)
-        const dst = await addHost(admin, 2048)
-        const sid = await runningOn(src)
-        const done = await admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
-        expect(done.status).toBe(503)
-        expect(done.body.error).toBe("MoveTimeout")
-        expect((await admin.get(`/v1/moves/${done.body.moveId}`)).body).toMatchObject({ state: "aborted", abortReason: "timeout" })
-        expect((await admin.get(`/v1/sessions/${sid}`)).body.state).toBe("running")
-        await admin.del(`/v1/sessions/${sid}`)
-      })
+      describe("the move wait's timeout (TestClock)", () => {
+        // A coordinator of this backend of its own, on the test's clock: the move wait's deadline
+        // (2.5 s) comes when the test moves the clock, after what the agent does before it, however
+        // slow the machine.
+        const moveTimeoutMs = 2500
+        const clocked = Effect.gen(function* () {
+          const built = yield* clockedCoordinator(yield* Effect.promise(() => options.coordinator({ moveTimeoutMs })))
+          const adm = client(built.url, built.adminToken)
+          const notifier = Context.get(built.context, Notifier)
+          const http = <A>(request: () => Promise<A>) => Effect.promise(request)
+          /** Two measured hosts and a session running on the first. */
+          const running = http(async () => {
+            const src = await addHost(adm, 2048)
+            const dst = await addHost(adm, 2048)
+            const sid = uid("s")
+            expect((await adm.post("/v1/sessions", { id: sid, memMib: 256, vcpus: 1, affinity: [src.id] })).body.hostId).toBe(src.id)
+            await client(built.url, src.token).post(`/v1/sessions/${sid}/started`)
+            return { src, dst, sid }
+          })
+          /**
+           * Sends the move; answers its request's fiber once its wait waits on its deadline (read
+           * from the clock before). The request is in the test's scope: a test that fails with it
+           * held leaves it (the coordinator, which stops next, does not wait on it).
+           */
+          const moving = (sid: string, targetHostId: string) =>
+            Effect.gen(function* () {
+              const timed = notifier.timed()
+              const answer = yield* Effect.forkScoped(
+                Effect.promise((signal) => call(built.url, "POST", `/v1/sessions/${sid}/move`, { token: built.adminToken, body: { targetHostId, maxDowntimeMs: 600 }, signal })),
+              )
+              for (let i = 0; i < 1500 && notifier.timed() === timed; i++) yield* http(() => delay(20))
+              expect(notifier.timed()).toBe(timed + 1)
+              return answer
+            })
+          return { url: built.url, adm, http, running, moving }
+        })
 
-      it("a timeout after the final round is recorded does not abort: 503 MoveCommitPending, the move stays pending and the agent's commit lands", async () => {
-        const src = await addHost(admin, 2048)
-        const dst = await addHost(admin, 2048)
-        const sid = await runningOn(src)
-        const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
-        const m = await findMove(src, sid)
-        const agent = client(c.url, src.token)
-        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })).status).toBe(200)
-        // The source paused and recorded its final round; then it goes quiet past the move timeout.
-        expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })).status).toBe(200)
-        const done = await answer
-        expect(done.status).toBe(503)
-        expect(done.body).toMatchObject({ error: "MoveCommitPending", moveId: m.id, maxDowntimeMs: 600 })
-        expect(done.body.message).toContain(`GET /v1/moves/${m.id}`)
-        expect(Number(done.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
-        expect((await admin.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "pending", abortReason: null })
-        expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "moving", hostId: src.id })
-        // The agent's commit still lands; the move's record shows the outcome.
-        const committed = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
-        expect(committed.status).toBe(200)
-        expect((await admin.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "committed", phases: { downtimeMs: 560 } })
-        expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
-        expect((await admin.get("/metrics")).body as string).toContain('engram_moves_total{outcome="commit_pending"} 1')
-        await admin.del(`/v1/sessions/${sid}`)
+        itEffect.effect("no agent acts: the move is aborted with reason timeout and the caller gets 503 MoveTimeout", () =>
+          Effect.gen(function* () {
+            const { adm, http, running, moving } = yield* clocked
+            const { dst, sid } = yield* running
+            const answer = yield* moving(sid, dst.id)
+            yield* TestClock.adjust(moveTimeoutMs)
+            const done = yield* answered("the move's request past its timeout", Fiber.join(answer))
+            expect(done.status).toBe(503)
+            expect(done.body.error).toBe("MoveTimeout")
+            yield* http(async () => {
+              expect((await adm.get(`/v1/moves/${done.body.moveId}`)).body).toMatchObject({ state: "aborted", abortReason: "timeout" })
+              expect((await adm.get(`/v1/sessions/${sid}`)).body.state).toBe("running")
+              await adm.del(`/v1/sessions/${sid}`)
+            })
+          }).pipe(Effect.scoped),
+        )
+
+        itEffect.effect("a timeout after the final round is recorded does not abort: 503 MoveCommitPending, the move stays pending and the agent's commit lands", () =>
+          Effect.gen(function* () {
+            const { url, adm, http, running, moving } = yield* clocked
+            const { src, dst, sid } = yield* running
+            const answer = yield* moving(sid, dst.id)
+            const agent = client(url, src.token)
+            const m = (yield* http(() => agent.get(`/v1/moves?hostId=${src.id}&state=pending`))).body.items.find((x: { sessionId: string }) => x.sessionId === sid) as { id: string }
+            expect(m).toBeDefined()
+            yield* http(async () => {
+              expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "full", wireBytes: 1e8, apparentBytes: 1e8, sendMs: 100, captureMs: 40 })).status).toBe(200)
+              // The source paused and recorded its final round; then it goes quiet past the move timeout.
+              expect((await agent.post(`/v1/moves/${m.id}/rounds`, { kind: "final", wireBytes: 1e6, apparentBytes: 1e6, sendMs: 0, captureMs: 40 })).status).toBe(200)
+            })
+            yield* TestClock.adjust(moveTimeoutMs)
+            const done = yield* answered("the move's request past its timeout", Fiber.join(answer))
+            yield* http(async () => {
+              expect(done.status).toBe(503)
+              expect(done.body).toMatchObject({ error: "MoveCommitPending", moveId: m.id, maxDowntimeMs: 600 })
+              expect(done.body.message).toContain(`GET /v1/moves/${m.id}`)
+              expect(Number(done.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+              expect((await adm.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "pending", abortReason: null })
+              expect((await adm.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "moving", hostId: src.id })
+              // The agent's commit still lands; the move's record shows the outcome.
+              const committed = await agent.post(`/v1/moves/${m.id}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 90, commitMs: 420 })
+              expect(committed.status).toBe(200)
+              expect((await adm.get(`/v1/moves/${m.id}`)).body).toMatchObject({ state: "committed", phases: { downtimeMs: 560 } })
+              expect((await adm.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
+              expect((await adm.get("/metrics")).body as string).toContain('engram_moves_total{outcome="commit_pending"} 1')
+              await adm.del(`/v1/sessions/${sid}`)
+            })
+          }).pipe(Effect.scoped),
+        )
       })
 
       it("refusals: 404 unknown session, 409 not running, 400 bad budget", async () => {
@@ -1351,7 +1417,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
       let r: RunningCoordinator
       let adm: Client
       beforeAll(async () => {
-        r = await options.start()
+        r = await start()
         adm = client(r.url, r.adminToken)
       })
       afterAll(async () => {

@@ -8,13 +8,14 @@ import type { Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { setTimeout as delay } from "node:timers/promises"
 
-/** Builds the coordinator in the test's scope (closed when the test ends); its URL and services. */
-export const clockedCoordinator = (options: Omit<CoordinatorOptions, "logLevel">) =>
+/** Builds the coordinator in the test's scope (closed when the test ends; logs off unless `logLevel`): its URL, admin token and services. */
+export const clockedCoordinator = (options: CoordinatorOptions) =>
   Effect.gen(function* () {
     // Real-looking times, from where the clock stands still until the test moves it.
     yield* TestClock.setTime(Date.now())
-    const context = yield* Layer.build(Coordinator.layer(options).pipe(Layer.provide(Coordinator.loggerLayer("None"))))
-    return { url: Context.get(context, CoordinatorInfo).url, context }
+    const context = yield* Layer.build(Coordinator.layer(options).pipe(Layer.provide(Coordinator.loggerLayer(options.logLevel ?? "None"))))
+    const info = Context.get(context, CoordinatorInfo)
+    return { url: info.url, adminToken: info.adminToken, context }
   }) satisfies Effect.Effect<unknown, unknown, Scope.Scope>
 
 /**

@@ -11,7 +11,7 @@ export const call = async <T = any>(
   base: string,
   method: string,
   path: string,
-  options: { readonly token?: string | undefined; readonly body?: unknown; readonly raw?: string } = {},
+  options: { readonly token?: string | undefined; readonly body?: unknown; readonly raw?: string; readonly signal?: AbortSignal } = {},
 ): Promise<Answer<T>> => {
   const headers: Record<string, string> = {}
   if (options.token !== undefined) headers["authorization"] = `Bearer ${options.token}`
@@ -23,7 +23,7 @@ export const call = async <T = any>(
     body = JSON.stringify(options.body)
     headers["content-type"] = "application/json"
   }
-  const res = await fetch(`${base}${path}`, { method, headers, ...(body === undefined ? {} : { body }) })
+  const res = await fetch(`${base}${path}`, { method, headers, ...(body === undefined ? {} : { body }), ...(options.signal === undefined ? {} : { signal: options.signal }) })
   const text = await res.text()
   let parsed: unknown = text
   try {
