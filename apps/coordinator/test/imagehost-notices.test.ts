@@ -60,13 +60,13 @@ describe.each(["sim", "postgres"] as const)("an image host's new peer URL or rem
     expect(seen.imageHosts).toEqual([{ hostId: "img", peerUrl: u }])
 
     // img's agent restarts on a new address: f's poll answers it.
-    const polling = f.get(`/v1/hosts/f/assignments?waitMs=10000&since=${encodeURIComponent(seen.version)}`)
+    const polling = f.get(`/v1/hosts/f/assignments?waitMs=25000&since=${encodeURIComponent(seen.version)}`)
     expect((await img.put("/v1/hosts/img/report", { ...figures, peerUrl: v })).status).toBe(200)
     const woke = (await polling).body
     expect([woke.imageHosts, woke.version === seen.version]).toEqual([[{ hostId: "img", peerUrl: v }], false])
 
     // img is removed from the fleet (it holds only the image): f's poll answers that it is gone.
-    const polling2 = f.get(`/v1/hosts/f/assignments?waitMs=10000&since=${encodeURIComponent(woke.version)}`)
+    const polling2 = f.get(`/v1/hosts/f/assignments?waitMs=25000&since=${encodeURIComponent(woke.version)}`)
     expect((await admin.del("/v1/hosts/img")).status).toBe(200)
     const gone = (await polling2).body
     expect([gone.imageHosts, gone.version === woke.version]).toEqual([[{ hostId: "img", peerUrl: null, removed: true }], false])
