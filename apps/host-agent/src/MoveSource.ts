@@ -1304,12 +1304,15 @@ const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreC
  *
  * 1. the target is asked to commit: it runs the guest (a commit of an earlier pass whose answer
  *    was lost, a repeat, or a guest it booted afresh after its wait) → the copy here is
- *    destroyed, the debt paid; it refuses saying that its stream never completed (`noStream`) →
- *    step 2; no answer, or a refusal without that word → the session's placement is read
+ *    destroyed, the debt paid; anything else → the session's placement is read
  *    (`settledByPlacement`): no longer on the target → the debt is over (ended or elsewhere: the
- *    copy destroyed; placed here: the guest resumes from its pause); still on the target → no
- *    answer: still owed; a refusal without the word (an agent older than it, which boots the
- *    session afresh) → the copy destroyed;
+ *    copy destroyed; placed here, the coordinator's way back after the target was silent: the
+ *    guest resumes from its pause); still on the target → a refusal saying that its stream never
+ *    completed (`noStream`): step 2; no answer: still owed; a refusal without the word (an agent
+ *    older than it, which boots the session afresh) → the copy destroyed; not readable (or not
+ *    visible to this host) → still owed, the copy never streamed then: a target that answers
+ *    `noStream` may not have read yet that the session went back to this source, and a stream it
+ *    resumed there would be destroyed by its reconcile while this host boots the session afresh;
  * 2. the target prepares again (a fresh incoming VM of the move) and the runtime migrates the
  *    paused copy to it, over any budget (`overBudget` always true: the move is committed), then
  *    sends the final round; the copy stays paused whatever happened;
@@ -1320,6 +1323,11 @@ const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreC
  * operator's commit has none). Never two running copies: the copy here resumes only where the
  * coordinator places the session here, off the target.
  */
+/** `settleResend`'s read of the session: still placed on the move's target. */
+const onTarget = { _tag: "OnTarget" } as const
+/** `settleResend`'s read of the session: where it is placed is not known (unread, or not visible). */
+const unknownPlacement = (why: string) => ({ _tag: "Unknown", why }) as const
+
 const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
     const { runtime, residents, link } = deps
@@ -1352,23 +1360,24 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       return { _tag: "Acknowledged" } as const
     })
     /**
-     * The session's placement, read when the target does not take the stream (no answer, or a
-     * refusal without `noStream`): the copy is owed to the target only while the session is
+     * The session's placement, read whenever the target does not run the guest (before every
+     * stream sent again included): the copy is owed to the target only while the session is
      * placed there. Ended (or unknown: pruned), or placed elsewhere: the debt is over (placed
-     * here: the guest resumes from its pause; else the copy is destroyed). Null: still placed on
-     * the target, unread, or not visible to this host (the coordinator's 403: a coordinator older
-     * than letting a move's source read its session, or a later move this host took no part in):
-     * not visible says nothing of where the session is, so the guest's only whole copy stays.
+     * here: the guest resumes from its pause; else the copy is destroyed). `onTarget`: still placed
+     * on the target. `Unknown`: unread, or not visible to this host (the coordinator's 403: a
+     * coordinator older than letting a move's source read its session, or a later move this host
+     * took no part in): not visible says nothing of where the session is, so the guest's only
+     * whole copy stays, and is not streamed.
      */
     const settledByPlacement = Effect.gen(function* () {
       const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
-      if (read._tag === "Failure") return null
+      if (read._tag === "Failure") return unknownPlacement(`the session's placement cannot be read (${read.failure.message})`)
       const session = read.success
       if (session === notVisible) {
         yield* Effect.logWarning(`move ${owed.moveId}: the coordinator does not let this host read the session (403: older than letting a move's source read it, or a later move took it): its placement is not known, the paused copy stays`, fields)
-        return null
+        return unknownPlacement("the coordinator does not let this host read the session (403)")
       }
-      if (placedOn(session, owed.target!.targetHostId)) return null
+      if (placedOn(session, owed.target!.targetHostId)) return onTarget
       const here = placedOn(session, deps.hostId)
       if (copy && here) {
         yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
@@ -1383,10 +1392,10 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     })
     const asked = yield* link.commit(header).pipe(Effect.result)
     if (asked._tag === "Success") return yield* dropCopy
-    if (!asked.failure.refused) return (yield* settledByPlacement) ?? (yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`))
+    const placement = yield* settledByPlacement
+    if (placement._tag !== "OnTarget" && placement._tag !== "Unknown") return placement
+    if (!asked.failure.refused) return yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`)
     if (asked.failure.noStream !== true) {
-      const settled = yield* settledByPlacement
-      if (settled !== null) return settled
       // Placed on a target that refuses without `noStream`: an agent older than that word (or one
       // that lost its state file), which boots the session afresh where it is placed, as
       // `confirmAtTarget` takes such a refusal of a committed move: the copy here is of no use.
@@ -1397,6 +1406,9 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       yield* Effect.logError(reason, fields)
       return { _tag: "Refused", reason, restoredOnSource: false } as const
     }
+    // Streamed only while the session is placed on the target: not the coordinator's way back
+    // to this source, say, which the target may not have read yet.
+    if (placement._tag === "Unknown") return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`)
     if (!copy) {
       // Nothing here to stream: the debt cannot be settled by this host.
       yield* residents.removePendingCommit(owed.moveId)

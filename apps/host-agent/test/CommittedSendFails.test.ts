@@ -156,6 +156,27 @@ describe("a committed move whose final round's send fails", () => {
       assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost, [], "no loss told")
     }),
   )
+  effect("the session sent back to the source while its target was silent, the target answering `noStream` before its own reconcile: the source resumes its copy, never streams it to the target", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, onlyB } = yield* committedThenSendFailed
+      const a = fleet.hosts[0] as TestHost
+      const b = yield* onlyB
+      assert.deepStrictEqual((yield* b.residents.unfinished).map((u) => u.moveId), ["m1"], "the target noted the move: it answers noStream")
+      // The target silent past the stale window: the coordinator's reclaim sends s1 back to a. The
+      // target, back, has not reconciled yet (its note stands) when a's pass asks it to commit.
+      yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "a", reservationId: "back-s1" }) }))
+      yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+      yield* fleet.quiesce
+      // Before: a streamed its copy to b, b resumed it, a destroyed its copy ({ a: [], b: running }),
+      // then a booted the session afresh where it is placed and b's reconcile destroyed its copy.
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "running"]], b: [] }, "the paused copy resumed where the session is placed, nothing streamed to the target")
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1, "never booted afresh on the source")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt is over")
+      yield* onlyB
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "running"]], b: [] }, "the target runs nothing once it reconciles")
+      assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost, [], "no loss told")
+    }),
+  )
   for (const older of [false, true])
     effect(
       `the target unanswering while the session is still placed on it${older ? " (a coordinator older than letting a move's source read its session: 403)" : ""}: the source keeps its paused copy and the debt, pass after pass`,
