@@ -668,7 +668,9 @@ export const runSource = (move: AssignedMove, deps: MoveSourceDeps): Effect.Effe
         // (`settleResend`) and it goes only once the target runs the guest.
         const reason = `the final round was not sent (${sent.r.failure.message}) of move ${move.id}, which is committed on the coordinator (the session placed on ${move.targetHostId}): the source copy is the guest's only memory, kept paused and streamed again on a later pass`
         yield* Effect.logError(reason, { hostId: deps.hostId, moveId: move.id, sessionId: move.sessionId, target: move.targetHostId })
-        yield* owedResend(deps, { ...owed, resend: true })
+        // Not marked yet: the send may have failed after the target got the whole stream (its ack
+        // lost), and such a target resumes the guest itself; marked once it says it has none.
+        yield* owedResend(deps, { ...owed, resend: true }, false)
         return { _tag: "Owed", reason } as const
       }
       if (sent.r._tag === "Failure") {
@@ -926,7 +928,7 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
         // memory, kept paused and streamed again on a later pass (`settleResend`).
         const why = `move ${m.id} is committed on the coordinator (the session placed on ${m.targetHostId}), but its target refused the commit: no guest of the move ran there, its stream never completed. The source copy is the guest's only memory: kept paused and streamed again on a later pass`
         yield* Effect.logError(why, { hostId: deps.hostId, moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId })
-        yield* owedResend(deps, { ...owed, resend: true })
+        yield* owedResend(deps, { ...owed, resend: true }, true)
         return { _tag: "Owed", reason: why } as const
       }
       if (m.state === "committed") {
@@ -1232,9 +1234,13 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
 
 /**
  * Keeps the source copy of a `resend` debt paused (a runtime that gave a pause back resumed it)
- * and the debt written (the state file: a restarted agent settles it the same way).
+ * and the debt written (the state file: a restarted agent settles it the same way). `noStream`:
+ * the target has answered that its stream never completed, so the copy here is the guest's only
+ * whole one: the coordinator is told (`tellResend`) if it was not. Before that word the mark is
+ * not set: a target that got the whole stream (the source's send failing after its last byte)
+ * resumes the guest itself, and a way back to this source would resume an older copy beside it.
  */
-const owedResend = (deps: SettleDeps, owed: PendingCommit) =>
+const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean) =>
   Effect.gen(function* () {
     const { runtime, residents } = deps
     const running = (yield* runtime.list).some((v) => v.vmId === owed.sessionId && v.status === "running")
@@ -1244,7 +1250,7 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit) =>
       )
     }
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "paused" }))
-    yield* residents.addPendingCommit(owed.resendTold === true ? owed : yield* tellResend(deps, owed))
+    yield* residents.addPendingCommit(owed.resendTold === true || !noStream ? owed : yield* tellResend(deps, owed))
   })
 
 /**
@@ -1332,9 +1338,10 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
   Effect.gen(function* () {
     const { runtime, residents, link } = deps
     const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
-    const stillOwed = (why: string) =>
+    /** `noStream`: the target answered, this pass, that its stream never completed. */
+    const stillOwed = (why: string, noStream = false) =>
       Effect.gen(function* () {
-        yield* owedResend(deps, owed)
+        yield* owedResend(deps, owed, noStream)
         const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; streamed again on the next pass`
         yield* Effect.logWarning(reason, fields)
         return { _tag: "Owed", reason } as const
@@ -1408,7 +1415,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     }
     // Streamed only while the session is placed on the target: not the coordinator's way back
     // to this source, say, which the target may not have read yet.
-    if (placement._tag === "Unknown") return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`)
+    if (placement._tag === "Unknown") return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`, true)
     if (!copy) {
       // Nothing here to stream: the debt cannot be settled by this host.
       yield* residents.removePendingCommit(owed.moveId)
@@ -1430,9 +1437,9 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       yield* Effect.logWarning(`move ${owed.moveId}: streaming the paused source copy again to its target (the move is committed; its first stream never completed there)`, { ...fields, target: owed.target!.targetHostId })
       return yield* r.switchover
     }).pipe(Effect.result)
-    if (sent._tag === "Failure") return yield* stillOwed(`its stream failed again (${sent.failure.message})`)
-    yield* owedResend(deps, owed)
+    if (sent._tag === "Failure") return yield* stillOwed(`its stream failed again (${sent.failure.message})`, true)
+    yield* owedResend(deps, owed, true)
     const committed = yield* link.commit(header).pipe(Effect.result)
     if (committed._tag === "Success") return yield* dropCopy
-    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`)
+    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`, true)
   })
