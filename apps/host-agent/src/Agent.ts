@@ -21,7 +21,7 @@ import type { HostReport } from "./Measure.js"
 import type { MoveTarget } from "./MoveTarget.js"
 import * as Pacing from "./Pacing.js"
 import type { PendingCommit } from "./LocalState.js"
-import { type MoveOutcome, runSource, settleCommit } from "./MoveSource.js"
+import { type MoveOutcome, resendWaitMs, runSource, settleCommit } from "./MoveSource.js"
 import type { PeerLink } from "./PeerLink.js"
 import type { Residents } from "./Residents.js"
 import * as Templates from "./Templates.js"
@@ -248,7 +248,7 @@ export interface Agent {
  * whose stream has not come twice as long after is taken for lost (its host gone for good, or a
  * stream this host cannot resume), and the session runs again, fresh, rather than never.
  */
-export const resendWaitMs = (staleWindowMs: number): number => 2 * staleWindowMs
+export { resendWaitMs }
 
 /** Builds an agent; its action fibers live in the current scope. */
 export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<Agent, never, Scope.Scope> =>
@@ -1004,7 +1004,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
 
     /** Settles an owed move; still owed is a failure, so the action is retried (after `retryDelayMs`, backing off). */
     const settle = (owed: PendingCommit) =>
-      settleCommit({ hostId: me, coordinator, residents, runtime, link: deps.link }, owed).pipe(
+      settleCommit({ hostId: me, coordinator, residents, runtime, link: deps.link, staleWindowMs: staleWindowMs() }, owed).pipe(
         Effect.flatMap((r) => (r._tag === "Owed" ? Effect.fail({ _tag: "MoveOutcomeOwed", message: r.reason }) : Effect.void)),
       )
 

@@ -109,6 +109,13 @@ export const PendingCommit = Schema.Struct({
    * this source should the target die (the coordinator places the session here). Absent: not yet.
    */
   resendTold: Schema.optionalKey(Schema.Boolean),
+  /**
+   * When (ms, the agent's clock) the `resend` debt began: past the target's own wait
+   * (`resendWaitMs`) and one stale window more, a debt whose session's placement cannot be read
+   * (not visible to this host, or unreadable) destroys the copy. Absent in files of older agents:
+   * set on the next pass.
+   */
+  resendSinceMs: Schema.optionalKey(Schema.Number),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

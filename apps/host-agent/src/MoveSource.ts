@@ -31,7 +31,7 @@
  * the phases name every part of the pause and sum to it.
  */
 import { Effect, Fiber } from "effect"
-import { type Downtime, Move as CoreMove } from "@engram/core"
+import { type Downtime, Limits, Move as CoreMove } from "@engram/core"
 import { Move, MoveGuard, type MoveRound, nowMs, type VmRuntimeShape } from "@engram/runtime"
 import { type AssignedMove, type Conflict, CoordinatorError, type CoordinatorShape, isNotFound, notVisible, placedOn, refusedInput, refusesKey, type NumberedRound, type PhasesReport, type RoundReport } from "./Coordinator.js"
 import type { PendingCommit } from "./LocalState.js"
@@ -771,7 +771,24 @@ export type Settled =
   | { readonly _tag: "Refused"; readonly reason: string; readonly restoredOnSource: boolean }
 
 /** What settling an owed move needs. */
-export type SettleDeps = Pick<MoveSourceDeps, "hostId" | "coordinator" | "residents" | "runtime" | "link">
+export type SettleDeps = Pick<MoveSourceDeps, "hostId" | "coordinator" | "residents" | "runtime" | "link"> & {
+  /** The coordinator's stale window (ms; default `Limits.defaults.heartbeatStaleWindowMs`): bounds a `resend` debt whose session cannot be read (`resendGiveUpMs`). */
+  readonly staleWindowMs?: number | undefined
+}
+
+/**
+ * How long a move's target waits for the stream of a move it refused with `noStream` before it
+ * boots the session afresh and tells the loss: twice the coordinator's stale window.
+ */
+export const resendWaitMs = (staleWindowMs: number): number => 2 * staleWindowMs
+
+/**
+ * How long a source keeps a `resend` debt whose session's placement it cannot read (403, or no
+ * answer) from when the debt began: the target's own wait and a stale window more. By then the
+ * target has resumed a stream, booted the session afresh, or the session went elsewhere or ended:
+ * the copy is of no use, and held outside the ledger (its reservation went at the commit).
+ */
+export const resendGiveUpMs = (staleWindowMs: number): number => resendWaitMs(staleWindowMs) + staleWindowMs
 
 const headerOf = (deps: SettleDeps, owed: PendingCommit, target: { readonly targetHostId: string; readonly memMib: number; readonly vcpus: number }): MoveHeader => ({
   moveId: owed.moveId,
@@ -1250,7 +1267,8 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean) =>
       )
     }
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "paused" }))
-    yield* residents.addPendingCommit(owed.resendTold === true || !noStream ? owed : yield* tellResend(deps, owed))
+    const dated = owed.resendSinceMs === undefined ? { ...owed, resendSinceMs: Math.round(yield* nowMs) } : owed
+    yield* residents.addPendingCommit(dated.resendTold === true || !noStream ? dated : yield* tellResend(deps, dated))
   })
 
 /**
@@ -1376,13 +1394,30 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
      * took no part in): not visible says nothing of where the session is, so the guest's only
      * whole copy stays, and is not streamed.
      */
+    /**
+     * Where the session is placed is not known: the debt stays, unless it began longer ago than
+     * `resendGiveUpMs` (the target's own wait and a stale window more): then the copy is destroyed.
+     */
+    const unknown = (why: string) =>
+      Effect.gen(function* () {
+        const windowMs = deps.staleWindowMs ?? Limits.defaults.heartbeatStaleWindowMs
+        const sinceMs = owed.resendSinceMs
+        const ageMs = sinceMs === undefined ? 0 : (yield* nowMs) - sinceMs
+        if (ageMs <= resendGiveUpMs(windowMs)) return unknownPlacement(why)
+        yield* destroyCopy
+        yield* residents.removePendingCommit(owed.moveId)
+        yield* untellResend(deps, owed)
+        const reason = `move ${owed.moveId}: ${why} for ${Math.round(ageMs)} ms since the resend debt began, past the target's own wait (${resendWaitMs(windowMs)} ms) and a stale window (${windowMs} ms): the target has resumed a stream, booted the session afresh, or the session went elsewhere or ended; ${copy ? "the paused source copy, of no use, was destroyed" : "no copy was left here"}`
+        yield* Effect.logError(reason, { ...fields, target: owed.target!.targetHostId })
+        return { _tag: "Refused", reason, restoredOnSource: false } as const
+      })
     const settledByPlacement = Effect.gen(function* () {
       const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
-      if (read._tag === "Failure") return unknownPlacement(`the session's placement cannot be read (${read.failure.message})`)
+      if (read._tag === "Failure") return yield* unknown(`the session's placement cannot be read (${read.failure.message})`)
       const session = read.success
       if (session === notVisible) {
         yield* Effect.logWarning(`move ${owed.moveId}: the coordinator does not let this host read the session (403: older than letting a move's source read it, or a later move took it): its placement is not known, the paused copy stays`, fields)
-        return unknownPlacement("the coordinator does not let this host read the session (403)")
+        return yield* unknown("the coordinator does not let this host read the session (403)")
       }
       if (placedOn(session, owed.target!.targetHostId)) return onTarget
       const here = placedOn(session, deps.hostId)

@@ -19,6 +19,7 @@ import { SimRuntime } from "@engram/runtime"
 import { Clock, Effect, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { resendWaitMs } from "../src/Agent.js"
+import { resendGiveUpMs } from "../src/MoveSource.js"
 import { type MoveHeader, PeerError } from "../src/MoveTarget.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, moveBegunAToB, operatorCommitsAtIntent, type TestHost } from "./support/InProcess.js"
@@ -237,6 +238,32 @@ describe("a committed move whose final round's send fails", () => {
           assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
         }),
     )
+  effect("the session never readable (403) and the target unanswering: the source destroys its copy past the target's own wait and a stale window from the debt's start, not holding it for ever", () => {
+    const errors = capture("Error")
+    return Effect.gen(function* () {
+      const { fleet, copies, dead } = yield* committedThenSendFailed
+      const a = fleet.hosts[0] as TestHost
+      yield* fleet.coordinator.olderThanMoveReads(true)
+      dead.add("b")
+      const pass = Effect.gen(function* () {
+        yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+        yield* fleet.quiesce
+      })
+      yield* pass
+      const sinceMs = (yield* a.residents.pendingCommits)[0]!.resendSinceMs
+      assert.isNumber(sinceMs, "the debt's start written")
+      const giveUpMs = resendGiveUpMs(Limits.defaults.heartbeatStaleWindowMs)
+      yield* TestClock.adjust(sinceMs! + giveUpMs - 1000 - (yield* Clock.currentTimeMillis))
+      yield* pass
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "kept within the bound")
+      yield* TestClock.adjust(2000)
+      yield* pass
+      // Before: kept paused for ever, outside the ledger.
+      assert.deepStrictEqual(yield* copies, { a: [], b: [] }, "destroyed past the bound")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt dropped")
+      assert.isTrue(errors.lines.some((l) => l.message.includes("past the target's own wait") && l.fields["hostId"] === "a"), "an error names why")
+    }).pipe(Effect.provide(errors.layer))
+  })
   effect("placed back on a source that no longer holds the copy: it boots the session afresh and tells the loss, not waiting for ever", () =>
     Effect.gen(function* () {
       const { fleet, copies, dead } = yield* committedThenSendFailed
