@@ -24,20 +24,18 @@ import { join } from "node:path"
 import { assert, describe } from "@effect/vitest"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
-import { Store, type StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { ImageStore, SimRuntime } from "@engram/runtime"
-import { Clock, Effect, Redacted } from "effect"
-import { FetchHttpClient } from "effect/http"
+import { Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { afterEach, beforeEach } from "vitest"
 import { makeAgent } from "../src/Agent.js"
-import { type CoordinatorShape, makeHttp } from "../src/Coordinator.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget, type MoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
+import { onStore, realClient } from "./support/RealCoordinator.js"
 
 const adminToken = "dead-target-admin-token-0123456789"
 const windowMs = 3000
@@ -69,39 +67,11 @@ beforeEach(async () => {
 })
 afterEach(() => coordinator?.stop())
 
-const liveClock = Effect.runSync(Clock.clockWith(Effect.succeed))
-const live = <A, E>(eff: Effect.Effect<A, E>) => Effect.provideService(eff, Clock.Clock, liveClock)
-
-/** Host `hostId`'s coordinator client: the agent's own (`makeHttp`), its requests timed on the real clock. */
-const clientOf = (hostId: string) =>
-  Effect.gen(function* () {
-    const c = yield* makeHttp({ url: coordinator.url, hostId, hostToken: Redacted.make(tokens[hostId]!) }).pipe(Effect.provide(FetchHttpClient.layer))
-    return {
-      report: (r, active) => live(c.report(r, active)),
-      heartbeat: live(c.heartbeat),
-      assignments: (o) => live(c.assignments(o)),
-      started: (id) => live(c.started(id)),
-      descended: (id, options) => live(c.descended(id, options)),
-      round: (id, round) => live(c.round(id, round)),
-      commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
-      abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),
-      reportRunning: (id, reason) => live(c.reportRunning(id, reason)),
-      resendOwed: (id, owed) => live(c.resendOwed(id, owed)),
-      guestLost: (id, reason) => live(c.guestLost(id, reason)),
-      getMove: (id) => live(c.getMove(id)),
-      getSession: (id) => live(c.getSession(id)),
-    } satisfies CoordinatorShape
-  })
+/** Host `hostId`'s coordinator client: the agent's own, its requests timed on the real clock. */
+const clientOf = (hostId: string) => realClient(coordinator.url, hostId, tokens[hostId]!)
 
 /** The coordinator's store, as the admin steps of a test use it. */
-const store = <A, E>(f: (s: StoreShape) => Effect.Effect<A, E>) =>
-  Effect.promise(() =>
-    coordinator.run(
-      Effect.gen(function* () {
-        return yield* f(yield* Store)
-      }),
-    ),
-  )
+const store = onStore(() => coordinator)
 
 /** The source agent on the real coordinator; its peer link knows no target (`b` is gone: every call to it goes unanswered). */
 const sourceAgent = Effect.gen(function* () {

@@ -14,21 +14,20 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe } from "@effect/vitest"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
-import { Store, type StoreShape } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
 import { ImageStore, SimRuntime } from "@engram/runtime"
-import { Clock, Effect, Fiber, Logger, Redacted } from "effect"
-import { FetchHttpClient } from "effect/http"
+import { Effect, Fiber, Logger } from "effect"
 import { TestClock } from "effect/testing"
 import { afterEach, beforeEach } from "vitest"
 import { makeAgent } from "../src/Agent.js"
-import { type CoordinatorShape, makeHttp } from "../src/Coordinator.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import type { PendingCommit } from "../src/LocalState.js"
 import { makeMoveTarget, type MoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
+import { onStore, realClient } from "./support/RealCoordinator.js"
+import type { CoordinatorShape } from "../src/Coordinator.js"
 
 const adminToken = "pruned-admin-token-0123456789"
 let coordinator: RunningCoordinator
@@ -55,39 +54,11 @@ beforeEach(async () => {
 afterEach(() => coordinator?.stop())
 
 /** The clock the HTTP client's timeouts run on: the real one, so a test clock moved while a request is on its way does not time it out. */
-const liveClock = Effect.runSync(Clock.clockWith(Effect.succeed))
-const live = <A, E>(eff: Effect.Effect<A, E>) => Effect.provideService(eff, Clock.Clock, liveClock)
-
-/** Host `hostId`'s coordinator client: the agent's own (`makeHttp`), its requests timed on the real clock; `url` another base URL. */
-const clientOf = (hostId: string, url = coordinator.url) =>
-  Effect.gen(function* () {
-    const c = yield* makeHttp({ url, hostId, hostToken: Redacted.make(tokens[hostId]!) }).pipe(Effect.provide(FetchHttpClient.layer))
-    return {
-      report: (r, active) => live(c.report(r, active)),
-      heartbeat: live(c.heartbeat),
-      assignments: (o) => live(c.assignments(o)),
-      started: (id) => live(c.started(id)),
-      descended: (id, options) => live(c.descended(id, options)),
-      round: (id, round) => live(c.round(id, round)),
-      commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
-      abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),
-      reportRunning: (id, reason) => live(c.reportRunning(id, reason)),
-      resendOwed: (id, owed) => live(c.resendOwed(id, owed)),
-      guestLost: (id, reason) => live(c.guestLost(id, reason)),
-      getMove: (id) => live(c.getMove(id)),
-      getSession: (id) => live(c.getSession(id)),
-    } satisfies CoordinatorShape
-  })
+/** Host `hostId`'s coordinator client: the agent's own, its requests timed on the real clock. */
+const clientOf = (hostId: string, url = coordinator.url) => realClient(url, hostId, tokens[hostId]!)
 
 /** The coordinator's store, as the admin steps of a test use it. */
-const store = <A, E>(f: (s: StoreShape) => Effect.Effect<A, E>) =>
-  Effect.promise(() =>
-    coordinator.run(
-      Effect.gen(function* () {
-        return yield* f(yield* Store)
-      }),
-    ),
-  )
+const store = onStore(() => coordinator)
 
 /** Prunes every move (and ended session) that ended before now, as the leader's retention step does once they are older than it. */
 const pruneEnded = (moveId: string) =>

@@ -1,0 +1,44 @@
+// What the tests against a real coordinator in this process (`startCoordinator`) share: a host's
+// agent client over HTTP with its requests timed on the real clock (the test's own runs on a
+// TestClock), and the coordinator's store for a test's admin steps.
+import type { RunningCoordinator } from "@engram/coordinator"
+import { Store, type StoreShape } from "@engram/store"
+import { Clock, Effect, Redacted } from "effect"
+import { FetchHttpClient } from "effect/http"
+import { type CoordinatorShape, makeHttp } from "../../src/Coordinator.js"
+
+const liveClock = Effect.runSync(Clock.clockWith(Effect.succeed))
+const live = <A, E>(eff: Effect.Effect<A, E>) => Effect.provideService(eff, Clock.Clock, liveClock)
+
+/** Host `hostId`'s coordinator client at `url`: the agent's own (`makeHttp`), its requests timed on the real clock. */
+export const realClient = (url: string, hostId: string, hostToken: string) =>
+  Effect.gen(function* () {
+    const c = yield* makeHttp({ url, hostId, hostToken: Redacted.make(hostToken) }).pipe(Effect.provide(FetchHttpClient.layer))
+    return {
+      report: (r, active) => live(c.report(r, active)),
+      heartbeat: live(c.heartbeat),
+      assignments: (o) => live(c.assignments(o)),
+      started: (id) => live(c.started(id)),
+      descended: (id, options) => live(c.descended(id, options)),
+      round: (id, round) => live(c.round(id, round)),
+      commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
+      abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),
+      reportRunning: (id, reason) => live(c.reportRunning(id, reason)),
+      resendOwed: (id, owed) => live(c.resendOwed(id, owed)),
+      guestLost: (id, reason) => live(c.guestLost(id, reason)),
+      getMove: (id) => live(c.getMove(id)),
+      getSession: (id) => live(c.getSession(id)),
+    } satisfies CoordinatorShape
+  })
+
+/** `f` on the coordinator's store (a test's admin steps). */
+export const onStore =
+  (coordinator: () => RunningCoordinator) =>
+  <A, E>(f: (s: StoreShape) => Effect.Effect<A, E>) =>
+    Effect.promise(() =>
+      coordinator().run(
+        Effect.gen(function* () {
+          return yield* f(yield* Store)
+        }),
+      ),
+    )
