@@ -17,7 +17,9 @@
  * while the source is heard and has room, as a plan of its own. Placed there, the source's agent
  * resumes its copy (and boots afresh, telling the loss, when it holds none). Without that
  * declaration (an operator's commit the source never answered, or the target's own resolution:
- * it ran the guest) the session is lost: never a silent rollback to an older copy.
+ * it ran the guest) the session is lost rather than rolled back to an older copy. One rollback
+ * stays possible (the host agent's README, step 8): a target that resumed a stream sent again
+ * and died before the source heard its commit, the mark still set.
  */
 import type { Entry } from "./Ledger.js"
 import * as Ledger from "./Ledger.js"
