@@ -238,6 +238,12 @@ export interface Agent {
   readonly status: Effect.Effect<AgentStatus>
   /** Whether an action, or the image scan beside the reconcile, is in flight (tests driving the clock poll it). */
   readonly busy: Effect.Effect<boolean>
+  /**
+   * Whether an action is in flight (the image scan beside the reconcile aside): what waits on the
+   * clock (a runtime's durations); the scan is file I/O alone, so a test driving the clock lets it
+   * finish without moving the clock.
+   */
+  readonly acting: Effect.Effect<boolean>
 }
 
 /**
@@ -1790,5 +1796,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
     // The image scan beside the reconcile counts: the removals it finds start as actions of their sessions when it ends.
     const busy = Effect.zipWith(FiberMap.size(inflight), FiberHandle.get(imageScan), (n, scan) => n > 0 || Option.isSome(scan))
 
-    return { reconcile, idle, run, reportOnce, heartbeatOnce: Effect.asVoid(heartbeatAsked), status, busy }
+    const acting = Effect.map(FiberMap.size(inflight), (n) => n > 0)
+
+    return { reconcile, idle, run, reportOnce, heartbeatOnce: Effect.asVoid(heartbeatAsked), status, busy, acting }
   })

@@ -259,11 +259,17 @@ export const makeFleet = (hosts: readonly { readonly hostId: string; readonly si
       yield* TestClock.adjust("1 minute")
       for (let i = 0; i < 2000; i++) {
         let busy = false
-        for (const h of built) busy = (yield* h.agent.busy) || busy
+        let acting = false
+        for (const h of built) {
+          busy = (yield* h.agent.busy) || busy
+          acting = (yield* h.agent.acting) || acting
+        }
         if (!busy) return
-        // The file I/O's turn (real time), then the clock for what follows it.
+        // The file I/O's turn (real time), then the clock for what follows it: only while an action
+        // runs (the image scan beside the reconcile is file I/O alone; moving the clock while a
+        // loaded machine's scan ran made the agents' heartbeats look older than the stale window).
         yield* Effect.promise(() => new Promise<void>((resolve) => (i < 100 ? setImmediate(resolve) : setTimeout(resolve, 10))))
-        yield* TestClock.adjust("1 second")
+        if (acting) yield* TestClock.adjust("1 second")
       }
       return yield* Effect.die(new Error("the agents' actions did not finish"))
     })
