@@ -55,13 +55,15 @@ export const lastDelta = (rounds: readonly MoveRound[]): MoveRound | undefined =
 /** The rounds' rate (wire bytes / send time), core's. */
 export const rateBytesPerMs = (rounds: readonly MoveRound[]): number => Downtime.rateBytesPerMs(rounds)
 
+/** The pre-pause estimate's inputs over the rounds so far: the last delta's wire bytes, the rounds' rate, the allowance. */
+const prePauseInput = (rounds: readonly MoveRound[], b: MoveBudget): Downtime.PrePauseInput => ({
+  lastDeltaWireBytes: lastDelta(rounds)?.wireBytes ?? 0,
+  rateBytesPerMs: rateBytesPerMs(rounds),
+  commitAllowanceMs: b.commitAllowanceMs,
+})
+
 /** The pre-pause estimate over the rounds so far. */
-export const prePauseEstimateMs = (rounds: readonly MoveRound[], b: MoveBudget): number =>
-  Downtime.prePauseEstimateMs({
-    lastDeltaWireBytes: lastDelta(rounds)?.wireBytes ?? 0,
-    rateBytesPerMs: rateBytesPerMs(rounds),
-    commitAllowanceMs: b.commitAllowanceMs,
-  })
+export const prePauseEstimateMs = (rounds: readonly MoveRound[], b: MoveBudget): number => Downtime.prePauseEstimateMs(prePauseInput(rounds, b))
 
 /**
  * After a pre-copy round: go on while the dirty set shrinks (a full round, then deltas; stop at
@@ -77,13 +79,7 @@ export const afterRound = (rounds: readonly MoveRound[], b: MoveBudget, guest: G
   const before = deltas.at(-2)
   const shrank = before === undefined || last.apparentBytes < before.apparentBytes
   if (rounds.length < Math.max(2, b.maxPreCopyRounds) && shrank && last.apparentBytes > 0) return { _tag: "Continue" }
-  const v = Downtime.check({
-    lastDeltaWireBytes: lastDelta(rounds)?.wireBytes ?? 0,
-    rateBytesPerMs: rateBytesPerMs(rounds),
-    commitAllowanceMs: b.commitAllowanceMs,
-    maxDowntimeMs: b.maxDowntimeMs,
-    alreadyPaused: guest.alreadyPaused,
-  })
+  const v = Downtime.check({ ...prePauseInput(rounds, b), maxDowntimeMs: b.maxDowntimeMs, alreadyPaused: guest.alreadyPaused })
   return Downtime.refuses(v) ? { _tag: "Refuse", estimateMs: v.estimateMs, reason: prePauseReason(v.estimateMs, b) } : { _tag: "Pause", estimateMs: v.estimateMs }
 }
 
