@@ -35,6 +35,7 @@ import { makeMoveTarget, type MoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
+import { adminCall } from "./support/Admin.js"
 import { onStore, realClient } from "./support/RealCoordinator.js"
 
 const adminToken = "dead-target-admin-token-0123456789"
@@ -44,14 +45,7 @@ const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
 let coordinator: RunningCoordinator
 const tokens: Record<string, string> = {}
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- answers are read loosely; each field read is named */
-const admin = (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> =>
-  fetch(`${coordinator.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${adminToken}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  }).then(async (r) => ({ status: r.status, body: await r.json() }))
-/* eslint-enable @typescript-eslint/no-explicit-any */
+const admin = adminCall(() => coordinator.url, adminToken)
 
 beforeEach(async () => {
   coordinator = await startCoordinator({

@@ -26,6 +26,7 @@ import { makeMoveTarget, type MoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
+import { adminCall } from "./support/Admin.js"
 import { onStore, realClient } from "./support/RealCoordinator.js"
 import type { CoordinatorShape } from "../src/Coordinator.js"
 
@@ -33,14 +34,7 @@ const adminToken = "pruned-admin-token-0123456789"
 let coordinator: RunningCoordinator
 const tokens: Record<string, string> = {}
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- answers are read loosely; each field read is named */
-const admin = (method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> =>
-  fetch(`${coordinator.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${adminToken}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  }).then(async (r) => ({ status: r.status, body: await r.json() }))
-/* eslint-enable @typescript-eslint/no-explicit-any */
+const admin = adminCall(() => coordinator.url, adminToken)
 
 // A coordinator of its own for each case: what one case leaves running is not another's.
 beforeEach(async () => {
@@ -53,7 +47,6 @@ beforeEach(async () => {
 })
 afterEach(() => coordinator?.stop())
 
-/** The clock the HTTP client's timeouts run on: the real one, so a test clock moved while a request is on its way does not time it out. */
 /** Host `hostId`'s coordinator client: the agent's own, its requests timed on the real clock. */
 const clientOf = (hostId: string, url = coordinator.url) => realClient(url, hostId, tokens[hostId]!)
 
