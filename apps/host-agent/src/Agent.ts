@@ -534,9 +534,11 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
       Effect.gen(function* () {
         if (s.createdAt === undefined || s.lastActiveAt === undefined) return true
         const tag = images.readTag === undefined ? undefined : yield* images.readTag(s.id)
-        if (typeof tag !== "object" || tag === null) return !neverRan(s) && (s.imageHostId == null || s.imageHostId === heldBy)
+        if (typeof tag !== "object" || tag === null) return taglessIsThisDescent(s, heldBy)
         return tagNamesDescent(s, tag)
       })
+    /** A tag-less image held by `heldBy` is of `s`'s last descent: `s` ran before and no other host is named as holding that image. */
+    const taglessIsThisDescent = (s: AssignedSession, heldBy: string): boolean => !neverRan(s) && (s.imageHostId == null || s.imageHostId === heldBy)
 
     /**
      * The resumed sessions whose image fetch has not succeeded yet: since when (the first try, the
@@ -687,6 +689,19 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
         if (images.readTag === undefined) return false
         const tag = yield* images.readTag(s.id)
         return typeof tag === "object" && tag !== null && !tagNamesDescent(s, tag)
+      })
+    /**
+     * Whether the image under `s`'s id here goes once `s`'s start is recorded: it is of this descent
+     * (`isThisDescent`) or known superseded by its tag (`tagSupersedes`), read with one look at
+     * the tag. A tag names this descent or another, so any tagged image goes; so does any image
+     * when `s` carries no figures; a tag-less one only when `isThisDescent` takes it (the session
+     * ran before, no other host named as holding its last descent's image).
+     */
+    const goneOnceStarted = (s: AssignedSession): Effect.Effect<boolean> =>
+      Effect.gen(function* () {
+        if (s.createdAt === undefined || s.lastActiveAt === undefined) return true
+        const tag = images.readTag === undefined ? undefined : yield* images.readTag(s.id)
+        return (typeof tag === "object" && tag !== null) || taglessIsThisDescent(s, me)
       })
     /** Removes the image under `sessionId`'s id here, said when there was one (`why`: what superseded it). */
     const removeSuperseded = (sessionId: string, why: string) =>
@@ -1136,7 +1151,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
               // now). Judged again here, not by the pass that booted the guest: a retry finds it
               // resident. One left by a lost answer goes by the scan (`removeSupersededImages`).
               Effect.andThen(
-                Effect.flatMap(Effect.zipWith(isThisDescent(s), tagSupersedes(s), (ours, superseded) => ours || superseded), (gone) =>
+                Effect.flatMap(goneOnceStarted(s), (gone) =>
                   gone ? removeSuperseded(s.id, "the session runs here: its start was recorded") : Effect.void,
                 ),
               ),
