@@ -1320,6 +1320,11 @@ const untellResend = (deps: SettleDeps, owed: PendingCommit) =>
  */
 const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreCopyRounds: 2 }
 
+/** `settleResend`'s read of the session: still placed on the move's target. */
+const onTarget = { _tag: "OnTarget" } as const
+/** `settleResend`'s read of the session: where it is placed is not known (unread, or not visible). */
+const unknownPlacement = (why: string) => ({ _tag: "Unknown", why }) as const
+
 /**
  * Settles a `resend` debt: a move committed on the coordinator (an operator's word while its
  * source was not heard) whose stream never completed at the target (the final round's send
@@ -1347,11 +1352,6 @@ const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreC
  * operator's commit has none). Never two running copies: the copy here resumes only where the
  * coordinator places the session here, off the target.
  */
-/** `settleResend`'s read of the session: still placed on the move's target. */
-const onTarget = { _tag: "OnTarget" } as const
-/** `settleResend`'s read of the session: where it is placed is not known (unread, or not visible). */
-const unknownPlacement = (why: string) => ({ _tag: "Unknown", why }) as const
-
 const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Settled> =>
   Effect.gen(function* () {
     const { runtime, residents, link } = deps
@@ -1385,16 +1385,6 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       return { _tag: "Acknowledged" } as const
     })
     /**
-     * The session's placement, read whenever the target does not run the guest (before every
-     * stream sent again included): the copy is owed to the target only while the session is
-     * placed there. Ended (or unknown: pruned), or placed elsewhere: the debt is over (placed
-     * here: the guest resumes from its pause; else the copy is destroyed). `onTarget`: still placed
-     * on the target. `Unknown`: unread, or not visible to this host (the coordinator's 403: a
-     * coordinator older than letting a move's source read its session, or a later move this host
-     * took no part in): not visible says nothing of where the session is, so the guest's only
-     * whole copy stays, and is not streamed.
-     */
-    /**
      * Where the session is placed is not known: the debt stays, unless it began longer ago than
      * `resendGiveUpMs` (the target's own wait and a stale window more): then the copy is destroyed.
      */
@@ -1411,6 +1401,16 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
         yield* Effect.logError(reason, { ...fields, target: owed.target!.targetHostId })
         return { _tag: "Refused", reason, restoredOnSource: false } as const
       })
+    /**
+     * The session's placement, read whenever the target does not run the guest (before every
+     * stream sent again included): the copy is owed to the target only while the session is
+     * placed there. Ended (or unknown: pruned), or placed elsewhere: the debt is over (placed
+     * here: the guest resumes from its pause; else the copy is destroyed). `onTarget`: still placed
+     * on the target. `Unknown`: unread, or not visible to this host (the coordinator's 403: a
+     * coordinator older than letting a move's source read its session, or a later move this host
+     * took no part in): not visible says nothing of where the session is, so the guest's only
+     * whole copy stays, and is not streamed.
+     */
     const settledByPlacement = Effect.gen(function* () {
       const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
       if (read._tag === "Failure") return yield* unknown(`the session's placement cannot be read (${read.failure.message})`)
