@@ -8,8 +8,11 @@ import type { RunningCoordinator } from "@engram/coordinator"
 import { ChangesPg, StorePg } from "@engram/store-pg"
 import { freshDatabase } from "@engram/test-pg"
 import type { TestDatabase } from "@engram/test-pg"
-import { Effect } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { assert, describe as describeEffect, it as itEffect } from "@effect/vitest"
+import { Context, Effect, Fiber } from "effect"
+import { TestClock } from "effect/testing"
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
+import { answered, clockedCoordinator } from "./support/clocked.js"
 import { counting } from "./support/counting.js"
 import type { Counts } from "./support/counting.js"
 import { client } from "./support/http.js"
@@ -54,34 +57,6 @@ describe("waits across replicas on PostgreSQL", () => {
     expect((await admin.put(`/v1/hosts/${id}/report`, report)).status).toBe(200)
     return host.body.token as string
   }
-
-  it("a long-poll and a session wait on B read the store only when they begin and when a change through A wakes them", async () => {
-    const token = await register("waits-h1")
-    const admin = client(a.url, adminToken)
-    expect((await admin.post("/v1/sessions", { id: "waits-s1", memMib: 1024, vcpus: 1, affinity: ["waits-h1"] })).status).toBe(201)
-    const agentOnB = client(b.url, token)
-    const first = await agentOnB.get("/v1/hosts/waits-h1/assignments")
-    expect(first.status).toBe(200)
-    const polled = agentOnB.get(`/v1/hosts/waits-h1/assignments?waitMs=20000&since=${first.body.version as string}`)
-    const waited = client(b.url, adminToken).get("/v1/sessions/waits-s1/wait?state=running&timeoutMs=20000")
-    // Both begun, and both read what they wait on (the poll's assignments were read just before;
-    // the admin's wait reads its session once).
-    await until(async () => (await openPolls(b)) === 2 && (readsOnB.byName.get("getSession") ?? 0) >= 1)
-    const before = new Map(readsOnB.byName)
-    // Long enough for a waiter that re-read on a timer to show it (every 500 ms before this change).
-    await sleep(1200)
-    expect(readsOnB.total()).toBe([...before.values()].reduce((x, y) => x + y, 0))
-    // The agent starts the session through A: both waits on B wake.
-    expect((await client(a.url, token).post("/v1/sessions/waits-s1/started")).status).toBe(200)
-    const [poll, wait] = await Promise.all([polled, waited])
-    expect([poll.status, poll.body.sessions.map((s: { state: string }) => s.state)]).toEqual([200, ["running"]])
-    expect([wait.status, wait.body.state]).toEqual([200, "running"])
-    // One re-read each, woken by the notice: the host's assignments (host, sessions and moves in
-    // one read) and the session.
-    const after = (name: string) => (readsOnB.byName.get(name) ?? 0) - (before.get(name) ?? 0)
-    const names = ["hostAssignments", "getHost", "listSessions", "listMoves", "getSession"]
-    expect(Object.fromEntries(names.map((n) => [n, after(n)]))).toEqual({ hostAssignments: 1, getHost: 0, listSessions: 0, listMoves: 0, getSession: 1 })
-  })
 
   it("a long-poll of an idle host answers its deadline from memory, without a read", async () => {
     const token = await register("waits-h2")
@@ -141,4 +116,56 @@ describe("waits across replicas on PostgreSQL", () => {
     expect((await Promise.all(held)).map((r) => r.status)).toEqual([200, 200])
     expect((await agentOnB.get(`/v1/hosts/waits-h5/assignments?waitMs=0`)).status).toBe(200)
   })
+})
+
+describeEffect("waits across replicas on PostgreSQL, replica B on the test's clock", () => {
+  // Replica B runs whole (HTTP, its counted store, its LISTEN) on the test's clock: a waiter that
+  // read the store on a timer would show it when the test moves the clock, however slow or fast
+  // the machine (before, a real 1.2 s pause, which a slow machine could let pass falsely).
+  itEffect.effect("a long-poll and a session wait on B read the store only when they begin and when a change through A wakes them", () =>
+    Effect.gen(function* () {
+      const http = <A>(request: () => Promise<A>) => Effect.promise(request)
+      const db = yield* Effect.acquireRelease(Effect.promise(() => freshDatabase()), (d) => Effect.promise(() => d.drop()))
+      const config = { port: 0, adminToken }
+      const a = yield* Effect.acquireRelease(
+        Effect.promise(() => startCoordinator({ reaper: false, logLevel: "Error", config: { ...config, databaseUrl: db.url } })),
+        (c) => Effect.promise(() => c.stop()),
+      )
+      const counted = counting(StorePg.layer({ url: db.url }))
+      const readsOnB = counted.counts
+      // The fleet history's samples (a read every 10 s) are not waiters: out of the clock's way.
+      const b = yield* clockedCoordinator({ reaper: false, store: counted.layer, changes: ChangesPg.layer({ url: db.url }), uiHistory: { sampleMs: 3_600_000 }, config })
+      const longPolls = Context.get(b.context, LongPolls)
+      const admin = client(a.url, adminToken)
+      const host = yield* http(() => admin.post("/v1/hosts", { id: "waits-h1" }))
+      assert.strictEqual(host.status, 201)
+      const token = host.body.token as string
+      assert.strictEqual((yield* http(() => admin.put("/v1/hosts/waits-h1/report", report))).status, 200)
+      assert.strictEqual((yield* http(() => admin.post("/v1/sessions", { id: "waits-s1", memMib: 1024, vcpus: 1, affinity: ["waits-h1"] }))).status, 201)
+      const agentOnB = client(b.url, token)
+      const first = yield* http(() => agentOnB.get("/v1/hosts/waits-h1/assignments"))
+      assert.strictEqual(first.status, 200)
+      const polled = yield* Effect.forkChild(http(() => agentOnB.get(`/v1/hosts/waits-h1/assignments?waitMs=20000&since=${first.body.version as string}`)))
+      const waited = yield* Effect.forkChild(http(() => client(b.url, adminToken).get("/v1/sessions/waits-s1/wait?state=running&timeoutMs=20000")))
+      // Both begun, and both read what they wait on (the poll's assignments were read just before;
+      // the admin's wait reads its session once).
+      yield* http(() => vi.waitFor(() => expect([longPolls.open(), (readsOnB.byName.get("getSession") ?? 0) >= 1]).toEqual([2, true]), { timeout: 30_000, interval: 20 }))
+      const before = new Map(readsOnB.byName)
+      // 15 s of B's clock, short of both deadlines (20 s): a waiter re-reading on a timer (every
+      // 500 ms before waits were woken by the change) would have read 30 times.
+      yield* TestClock.adjust(15_000)
+      assert.strictEqual(readsOnB.total(), [...before.values()].reduce((x, y) => x + y, 0))
+      // The agent starts the session through A: both waits on B wake, with B's clock standing still.
+      assert.strictEqual((yield* http(() => client(a.url, token).post("/v1/sessions/waits-s1/started"))).status, 200)
+      const poll = yield* answered("the long-poll woken by A's change", Fiber.join(polled))
+      const wait = yield* answered("the session wait woken by A's change", Fiber.join(waited))
+      assert.deepStrictEqual([poll.status, poll.body.sessions.map((s: { state: string }) => s.state)], [200, ["running"]])
+      assert.deepStrictEqual([wait.status, wait.body.state], [200, "running"])
+      // One re-read each, woken by the notice: the host's assignments (host, sessions and moves in
+      // one read) and the session.
+      const after = (name: string) => (readsOnB.byName.get(name) ?? 0) - (before.get(name) ?? 0)
+      const names = ["hostAssignments", "getHost", "listSessions", "listMoves", "getSession"]
+      assert.deepStrictEqual(Object.fromEntries(names.map((n) => [n, after(n)])), { hostAssignments: 1, getHost: 0, listSessions: 0, listMoves: 0, getSession: 1 })
+    }).pipe(Effect.scoped),
+  )
 })
