@@ -16,7 +16,9 @@
  * coordinator lets the source of its latest move read it (before, a 403 its agent took for "ended",
  * and its resend settling, `settledByPlacement`, destroyed the paused copy at the first pass).
  * The reclaim is the store's own pass (`reclaim`, as the reaper's leader runs it), called directly
- * so no reaper timing is involved. The stale window is waited out in real time (generous margins).
+ * so no reaper timing is involved. The stale window passes on the store's clock when the test
+ * moves it (`skewedStore`), never waited out in real time: a loaded machine cannot make the
+ * source, which reports just before the reclaim, look silent.
  */
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -36,20 +38,23 @@ import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
 import { adminCall } from "./support/Admin.js"
-import { onStore, realClient } from "./support/RealCoordinator.js"
+import { onStore, realClient, skewedStore } from "./support/RealCoordinator.js"
 
 const adminToken = "dead-target-admin-token-0123456789"
 const windowMs = 3000
 const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
 const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
 let coordinator: RunningCoordinator
+/** The coordinator's store, its clock moved on by the test (`skewedStore`). */
+let storeClock: ReturnType<typeof skewedStore>
 const tokens: Record<string, string> = {}
 
 const admin = adminCall(() => coordinator.url, adminToken)
 
 beforeEach(async () => {
+  storeClock = skewedStore(StoreSim.layer({ limits }))
   coordinator = await startCoordinator({
-    store: StoreSim.layer({ limits }),
+    store: storeClock.layer,
     reaper: false,
     logLevel: "None",
     config: { port: 0, adminToken, moveTimeoutMs: 600_000, limits },
@@ -129,8 +134,8 @@ const movedToDeadTarget = (owes: boolean, sourcePassesWhileOwed = 0) =>
       yield* a.runtime.destroy("s1")
       yield* a.residents.remove("s1")
     }
-    // b is gone for good: past the stale window only a reports.
-    yield* Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, windowMs + 500)))
+    // b is gone for good: past the stale window (the store's clock moved on, not waited out) only a reports.
+    storeClock.advance(windowMs + 500)
     yield* a.client.report(measure, [])
     return { a, ranMs: ranMs! }
   })

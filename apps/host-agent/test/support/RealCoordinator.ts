@@ -3,7 +3,7 @@
 // TestClock), and the coordinator's store for a test's admin steps.
 import type { RunningCoordinator } from "@engram/coordinator"
 import { Store, type StoreShape } from "@engram/store"
-import { Clock, Effect, Redacted } from "effect"
+import { Clock, Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
 import { type CoordinatorShape, makeHttp } from "../../src/Coordinator.js"
 
@@ -42,3 +42,37 @@ export const onStore =
         }),
       ),
     )
+
+/**
+ * `inner` with its clock ahead of the real one by what the test has `advance`d: a store's time
+ * (its reports' stamps, its silence judgements) moves on when the test says, not after a real
+ * wait whose margin a loaded machine eats (a coordinator running on the real clock in-process).
+ */
+export const skewedStore = <E>(inner: Layer.Layer<Store, E>) => {
+  let aheadMs = 0
+  const skewed: Clock.Clock = {
+    monotonicTimeNanosUnsafe: () => liveClock.monotonicTimeNanosUnsafe(),
+    monotonicTimeNanos: liveClock.monotonicTimeNanos,
+    sleep: (duration) => liveClock.sleep(duration),
+    currentTimeMillisUnsafe: () => liveClock.currentTimeMillisUnsafe() + aheadMs,
+    currentTimeMillis: Effect.sync(() => liveClock.currentTimeMillisUnsafe() + aheadMs),
+    currentTimeNanosUnsafe: () => liveClock.currentTimeNanosUnsafe() + BigInt(aheadMs) * 1_000_000n,
+    currentTimeNanos: Effect.sync(() => liveClock.currentTimeNanosUnsafe() + BigInt(aheadMs) * 1_000_000n),
+  }
+  const layer = Layer.effect(
+    Store,
+    Effect.map(Store, (store) => {
+      const out: Record<string, unknown> = {}
+      for (const [name, value] of Object.entries(store))
+        out[name] =
+          typeof value === "function" && name !== "limits"
+            ? (...args: unknown[]) => {
+                const r = (value as (...a: unknown[]) => unknown).apply(store, args)
+                return Effect.isEffect(r) ? Effect.provideService(r, Clock.Clock, skewed) : r
+              }
+            : value
+      return out as unknown as StoreShape
+    }),
+  ).pipe(Layer.provide(inner))
+  return { layer, advance: (ms: number) => void (aheadMs += ms) }
+}
