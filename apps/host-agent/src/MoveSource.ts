@@ -1339,9 +1339,12 @@ const unknownPlacement = (why: string) => ({ _tag: "Unknown", why }) as const
  *    guest resumes from its pause); still on the target → a refusal saying that its stream never
  *    completed (`noStream`): step 2; no answer: still owed; a refusal without the word (an agent
  *    older than it, which boots the session afresh) → the copy destroyed; not readable (or not
- *    visible to this host) → still owed, the copy never streamed then: a target that answers
- *    `noStream` may not have read yet that the session went back to this source, and a stream it
- *    resumed there would be destroyed by its reconcile while this host boots the session afresh;
+ *    visible to this host) → still owed, whatever the target answered: the copy is never
+ *    destroyed on an unknown (only on a placement read elsewhere, ended or pruned, on the
+ *    target's run of the guest, or past `resendGiveUpMs`), and never streamed then: a target that
+ *    answers `noStream` may not have read yet that the session went back to this source, and a
+ *    stream it resumed there would be destroyed by its reconcile while this host boots the
+ *    session afresh;
  * 2. the target prepares again (a fresh incoming VM of the move) and the runtime migrates the
  *    paused copy to it, over any budget (`overBudget` always true: the move is committed), then
  *    sends the final round; the copy stays paused whatever happened;
@@ -1438,6 +1441,13 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     if (placement._tag !== "OnTarget" && placement._tag !== "Unknown") return placement
     if (!asked.failure.refused) return yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`)
     if (asked.failure.noStream !== true) {
+      // Where the session is placed is not known, and the refusal alone does not say it: a target
+      // that forgot its note once the session left it (the coordinator's way back to this source,
+      // say, which this host cannot read while the coordinator does not answer) refuses so too.
+      // The copy stays until a read places the session, or past `resendGiveUpMs`.
+      if (placement._tag === "Unknown") {
+        return yield* stillOwed(`its target ${owed.target.targetHostId} refused the commit without saying that its stream never completed (${asked.failure.message}), and ${placement.why}: the copy is kept while where the session is placed is not known`)
+      }
       // Placed on a target that refuses without `noStream`: an agent older than that word (or one
       // that lost its state file), which boots the session afresh where it is placed, as
       // `confirmAtTarget` takes such a refusal of a committed move: the copy here is of no use.

@@ -20,6 +20,7 @@ import { Clock, Effect, Ref } from "effect"
 import { TestClock } from "effect/testing"
 import { resendWaitMs } from "../src/Agent.js"
 import { resendGiveUpMs } from "../src/MoveSource.js"
+import { CoordinatorError } from "../src/Coordinator.js"
 import { type MoveHeader, PeerError } from "../src/MoveTarget.js"
 import { effect } from "./support/PatientClock.js"
 import { makeFleet, moveBegunAToB, operatorCommitsAtIntent, type TestHost } from "./support/InProcess.js"
@@ -34,6 +35,10 @@ const committedThenSendFailedWith = (coordinatorOlderThanResend: boolean) => Eff
   const operator = operatorCommitsAtIntent()
   /** Hosts gone for good: their peer server answers nothing. */
   const dead = new Set<string>()
+  /** Targets older than `noStream`: their refusals of a commit do not say it. */
+  const olderTargets = new Set<string>()
+  /** Hosts whose session reads hang until the client's own time-out (30 s), then fail unanswered. */
+  const hungReads = new Set<string>()
   const fleet = yield* makeFleet(
     [
       { hostId: "a", sim: SimRuntime.defaultSimConfig },
@@ -48,10 +53,22 @@ const committedThenSendFailedWith = (coordinatorOlderThanResend: boolean) => Eff
         return {
           ...link,
           prepare: (h) => (dead.has(h.targetHostId) ? Effect.fail(gone("prepare", h)) : link.prepare(h)),
-          commit: (h) => (dead.has(h.targetHostId) ? Effect.fail(gone("commit", h)) : link.commit(h)),
+          commit: (h) =>
+            dead.has(h.targetHostId)
+              ? Effect.fail(gone("commit", h))
+              : olderTargets.has(h.targetHostId)
+                ? link.commit(h).pipe(Effect.mapError((e) => new PeerError({ op: e.op, moveId: e.moveId, message: e.message, refused: e.refused })))
+                : link.commit(h),
           abort: (h) => (dead.has(h.targetHostId) ? Effect.fail(gone("abort", h)) : link.abort(h)),
         }
       },
+      wrapCoordinator: (client, hostId) => ({
+        ...client,
+        getSession: (id) =>
+          hungReads.has(hostId)
+            ? Effect.sleep("30 seconds").pipe(Effect.andThen(Effect.fail(new CoordinatorError({ op: "getSession", status: null, message: "timed out" }))))
+            : client.getSession(id),
+      }),
     },
   )
   if (coordinatorOlderThanResend) yield* fleet.coordinator.olderThanResend(true)
@@ -69,7 +86,7 @@ const committedThenSendFailedWith = (coordinatorOlderThanResend: boolean) => Eff
     yield* fleet.quiesce
     return b
   })
-  return { fleet, copies, onlyB, dead }
+  return { fleet, copies, onlyB, dead, olderTargets, hungReads }
 })
 const committedThenSendFailed = committedThenSendFailedWith(false)
 
@@ -264,6 +281,80 @@ describe("a committed move whose final round's send fails", () => {
       assert.isTrue(errors.lines.some((l) => l.message.includes("past the target's own wait") && l.fields["hostId"] === "a"), "an error names why")
     }).pipe(Effect.provide(errors.layer))
   })
+  effect("the target refusing without `noStream` (its note forgotten once the session went back to the source) while the coordinator does not answer the source: the copy is kept, and resumed once the session reads placed here", () =>
+    Effect.gen(function* () {
+      const { fleet, copies, onlyB } = yield* committedThenSendFailed
+      const a = fleet.hosts[0] as TestHost
+      yield* onlyB
+      // a's view before the way back: s1 placed on b. From here a's coordinator does not answer,
+      // so a's passes run on this view.
+      const stale = yield* fleet.coordinator.assignmentsOf("a")
+      // The coordinator's way back (b silent past the stale window): s1 placed on a; b, back,
+      // reconciles and forgets its note (the session left it): it refuses m1's commit plainly.
+      yield* Ref.update(fleet.coordinator.ref, (s) => ({ ...s, sessions: new Map(s.sessions).set("s1", { ...s.sessions.get("s1")!, state: "running", hostId: "a", reservationId: "back-s1" }) }))
+      const b = yield* onlyB
+      assert.deepStrictEqual(yield* b.residents.unfinished, [], "the target forgot its note: it refuses without noStream")
+      yield* fleet.coordinator.silence("a", true)
+      for (let i = 0; i < 3; i++) {
+        yield* a.agent.reconcile(stale)
+        yield* fleet.quiesce
+      }
+      // Before: { a: [] } at the first pass: the refusal without noStream destroyed the copy though
+      // the placement could not be read; the way back then found none and booted s1 afresh.
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "the guest's only whole copy kept while its placement cannot be read")
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "still owed")
+      yield* fleet.coordinator.silence("a", false)
+      yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+      yield* fleet.quiesce
+      assert.deepStrictEqual(yield* copies, { a: [["s1", "running"]], b: [] }, "the paused copy resumed where the session is placed")
+      assert.strictEqual(yield* Ref.get(a.runtime.starts), 1, "never booted afresh on the source")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt is over")
+      assert.deepStrictEqual((yield* fleet.coordinator.get).guestsLost, [], "no loss told")
+    }),
+  )
+  for (const [target, coordinator] of [
+    ["unanswering", "refuses every call (cut off)"],
+    ["unanswering", "hangs on every session read"],
+    ["older than `noStream` (refusing plainly)", "refuses every call (cut off)"],
+    ["older than `noStream` (refusing plainly)", "answers 403"],
+  ] as const)
+    effect(`the target ${target} and the coordinator ${coordinator} for the whole window: the copy is kept until the give-up, then destroyed with an error naming why`, () => {
+      const errors = capture("Error")
+      return Effect.gen(function* () {
+        const { fleet, copies, dead, olderTargets, hungReads } = yield* committedThenSendFailed
+        const a = fleet.hosts[0] as TestHost
+        if (target === "unanswering") dead.add("b")
+        else olderTargets.add("b")
+        if (coordinator === "refuses every call (cut off)") yield* fleet.coordinator.silence("a", true)
+        else if (coordinator === "hangs on every session read") hungReads.add("a")
+        else yield* fleet.coordinator.olderThanMoveReads(true)
+        const pass = Effect.gen(function* () {
+          yield* a.agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
+          yield* fleet.quiesce
+        })
+        const sinceMs = (yield* a.residents.pendingCommits)[0]!.resendSinceMs
+        assert.isNumber(sinceMs, "the debt's start written")
+        const giveUpMs = resendGiveUpMs(Limits.defaults.heartbeatStaleWindowMs)
+        const endMs = sinceMs! + giveUpMs
+        // Pass after pass through the window (each moves the clock a minute, a hung read's pass
+        // more): every one that ends before the window's end finds the copy kept.
+        let lastKeptAtMs = 0
+        for (let i = 0; i < 20 && (yield* copies).a.length > 0; i++) {
+          yield* pass
+          const nowMs = yield* Clock.currentTimeMillis
+          if (nowMs >= endMs) continue
+          // Before (a refusal without noStream): { a: [] } at the first pass, the placement unread.
+          assert.deepStrictEqual(yield* copies, { a: [["s1", "paused"]], b: [] }, "kept within the window")
+          assert.deepStrictEqual((yield* a.residents.pendingCommits).map((p) => [p.moveId, p.resend]), [["m1", true]], "still owed within the window")
+          assert.isFalse(errors.lines.some((l) => l.fields["hostId"] === "a" && l.message.includes("destroyed")), "nothing destroyed within the window")
+          lastKeptAtMs = nowMs
+        }
+        assert.isAtLeast(lastKeptAtMs, endMs - 4 * 60_000, "kept until a few minutes before the window's end at least (a pass spans at most three)")
+        assert.deepStrictEqual(yield* copies, { a: [], b: [] }, "destroyed past the window")
+        assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt dropped")
+        assert.isTrue(errors.lines.some((l) => l.message.includes("past the target's own wait") && l.fields["hostId"] === "a"), "an error names why")
+      }).pipe(Effect.provide(errors.layer))
+    })
   effect("placed back on a source that no longer holds the copy: it boots the session afresh and tells the loss, not waiting for ever", () =>
     Effect.gen(function* () {
       const { fleet, copies, dead } = yield* committedThenSendFailed
