@@ -804,7 +804,7 @@ export const makeAgent = (config: AgentConfig, deps: AgentDeps): Effect.Effect<A
           // judged as held by the host it came from (a tag-less one there is that host's descent).
           const ours = found === undefined ? true : found === local ? localOurs : yield* isThisDescent(s, s.imageHostId ?? me)
           if (!ours) {
-            yield* Effect.logWarning("an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept", {
+            yield* Effect.logWarning("an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is not used", {
               hostId: me,
               sessionId: s.id,
               imagePath: images.pathFor(s.id),

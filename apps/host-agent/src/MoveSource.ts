@@ -1363,7 +1363,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     const stillOwed = (why: string, noStream = false) =>
       Effect.gen(function* () {
         yield* owedResend(deps, owed, noStream)
-        const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; streamed again on the next pass`
+        const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; the copy is kept paused and the target asked again on the next pass`
         yield* Effect.logWarning(reason, fields)
         return { _tag: "Owed", reason } as const
       })

@@ -25,7 +25,7 @@ const session = async (id: string) => (await admin.call("GET", `/v1/sessions/${i
 const waitState = (id: string, state: string, timeoutMs = 20_000) => until(`${id} ${state}`, () => session(id), (s) => s?.state === state, timeoutMs)
 const lines = logLines
 
-const foreign = "an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is kept"
+const foreign = "an image under this session's id is not of its last descent (another session of the same id, or an earlier descent); booting fresh, the image is not used"
 
 const start = (env: Record<string, string> = {}) =>
   spawnAgent({ ...host, dir, defaultImageDir: true, env: { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_REPORT_MS: "2000", ...env } })
