@@ -8,7 +8,10 @@ import type { Budget, HostHeadroom } from "./Headroom.js"
 import { defaults, type Limits } from "./Limits.js"
 import { compareIds } from "./Order.js"
 
-/** Host states that matter to placement; only `ready` hosts take new sessions. */
+/**
+ * Host states that matter to placement; only `ready` hosts take new sessions (a `cordoned` or
+ * `draining` one still takes back a guest it holds: `fitsReturn`).
+ */
 export type HostState = "ready" | "draining" | "cordoned"
 
 /** A host as placement sees it. */
@@ -148,14 +151,18 @@ export interface NoFitDetail {
 export const isMeasured = (c: Candidate): boolean => c.measured ?? c.headroom.allocatableMib !== null
 
 /**
- * Whether the host takes new placements at all: ready, reported at least once, under the
- * entries cap, measured if required.
+ * Whether the host takes new placements at all: ready, and open to one more entry
+ * (`takesEntry`: reported at least once, under the entries cap, measured if required).
  */
-export const isOpen = (c: Candidate, limits: Limits = defaults): boolean =>
-  (c.state ?? "ready") === "ready" &&
-  c.reported !== false &&
-  (c.entries ?? 0) < limits.maxEntriesPerNode &&
-  (!limits.requireMeasured || isMeasured(c))
+export const isOpen = (c: Candidate, limits: Limits = defaults): boolean => (c.state ?? "ready") === "ready" && takesEntry(c, limits)
+
+/**
+ * Whether the host may hold one more entry, whatever its state: reported at least once, under
+ * the entries cap, measured if required. `isOpen` adds readiness (a new placement); `fitsReturn`
+ * does not (a guest the host already holds).
+ */
+export const takesEntry = (c: Candidate, limits: Limits = defaults): boolean =>
+  c.reported !== false && (c.entries ?? 0) < limits.maxEntriesPerNode && (!limits.requireMeasured || isMeasured(c))
 
 /**
  * Whether the host's agent has gone silent at `now`: its last report (`reportedAt`) is older than
@@ -181,6 +188,18 @@ export const admits = (c: Candidate, req: Request, limits: Limits): boolean =>
 /** Whether the budget fits on this candidate now (SPEC §2). */
 export const fitsOn = (c: Candidate, budget: Budget, limits: Limits = defaults): boolean =>
   isOpen(c, limits) && Headroom.fits(c.headroom, budget)
+
+/**
+ * Whether the host has room to take back a guest it already holds (the reclaim's way back to a
+ * move's source, `Reclaim.decide`): `fitsOn`'s room rule (one more entry, `takesEntry`; the
+ * budget within its headroom, RAM never over-committed) without its readiness. A `cordoned` or
+ * `draining` host takes no new placement, but this is none: the guest's only whole copy is
+ * already there, and refusing it would lose the guest's memory on a host that is alive. A
+ * draining host's own drain moves the guest off again. Silence is the caller's to judge
+ * (`isSilent`), as for `fitsOn`.
+ */
+export const fitsReturn = (c: Candidate, budget: Budget, limits: Limits = defaults): boolean =>
+  takesEntry(c, limits) && Headroom.fits(c.headroom, budget)
 
 const orNever = (n: number | null): number => (n === null ? Number.POSITIVE_INFINITY : n)
 

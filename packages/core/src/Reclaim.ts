@@ -14,7 +14,8 @@
  * whose last event is its commit there by a move the source did not confirm (committed without
  * phases) and whose source declared that it owes the target a resend (it holds the guest's only
  * whole copy, paused: the target never got a complete stream) goes back to that move's source
- * while the source is heard and has room, as a plan of its own. Placed there, the source's agent
+ * while the source is heard and has room (`Placement.fitsReturn`: a cordoned or draining source
+ * too, since the guest is already there; a drain moves it off again), as a plan of its own. Placed there, the source's agent
  * resumes its copy (and boots afresh, telling the loss, when it holds none). Without that
  * declaration (an operator's commit the source never answered, or the target's own resolution:
  * it ran the guest) the session is lost rather than rolled back to an older copy. One rollback
@@ -185,7 +186,8 @@ export const decide = <E extends Entry>(input: Input<E>, now: number, limits: Li
     if (doomedHosts.has(sourceId)) return "hold"
     const before = taken.get(sourceId) ?? { budget: Headroom.zero, entries: 0 }
     const room: Placement.Candidate = { ...way.source, entries: (way.source.entries ?? 0) + before.entries, headroom: { ...way.source.headroom, reserved: Headroom.add(way.source.headroom.reserved, before.budget) } }
-    if (room.reportedAt == null || Placement.isSilent(room, now, limits) || !Placement.fitsOn(room, s.budget, limits)) return null
+    // A return is no new placement: a cordoned or draining source takes back the guest it holds (`fitsReturn`), heard and with room.
+    if (room.reportedAt == null || Placement.isSilent(room, now, limits) || !Placement.fitsReturn(room, s.budget, limits)) return null
     taken.set(sourceId, { budget: Headroom.add(before.budget, s.budget), entries: before.entries + 1 })
     return returnsTo(s, way, now)
   }

@@ -2,7 +2,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { Headroom, Limits, Placement, PlacementIndex } from "../src/index.js"
 import type { Candidate } from "../src/index.js"
-import { arbCandidate, arbFleet, arbTemplateBudget, hostIds, templateNames, templateSizes } from "./arb.js"
+import { arbBudget, arbCandidate, arbFleet, arbTemplateBudget, hostIds, templateNames, templateSizes } from "./arb.js"
 
 const host = (id: string, allocatableMib: number | null, cpuBudget: number | null, memMib = 0, vcpus = 0, extra: Partial<Candidate> = {}): Candidate => ({
   id,
@@ -269,5 +269,36 @@ describe("Placement: a host whose agent went silent takes nothing new", () => {
     expect(Placement.reasonFor(at(windowMs + 1), r.budget, Limits.defaults, now)).toBe("silent")
     // The window is the limits' own.
     expect(Placement.isSilent(at(windowMs + 1), now, { ...Limits.defaults, heartbeatStaleWindowMs: windowMs + 1 })).toBe(false)
+  })
+})
+
+describe("Placement.fitsReturn: room for a guest the host already holds", () => {
+  it("property: fitsOn's room rule without readiness; a cordoned or draining host takes back what fits, never more", () => {
+    fc.assert(
+      fc.property(arbCandidate("x"), arbBudget, fc.integer({ min: 0, max: 6 }), fc.boolean(), (c, budget, maxEntriesPerNode, requireMeasured) => {
+        const limits = { ...Limits.defaults, maxEntriesPerNode, requireMeasured }
+        const ready: Candidate = { ...c, state: "ready" }
+        // The same answer as a ready host's fitsOn, whatever the state: the one headroom rule (RAM never over-committed, the entries cap).
+        expect(Placement.fitsReturn(c, budget, limits)).toBe(Placement.fitsOn(ready, budget, limits))
+        if ((c.state ?? "ready") !== "ready") expect(Placement.fitsOn(c, budget, limits)).toBe(false)
+        else expect(Placement.fitsReturn(c, budget, limits)).toBe(Placement.fitsOn(c, budget, limits))
+        if (Placement.fitsReturn(c, budget, limits)) {
+          expect(Headroom.fits(c.headroom, budget)).toBe(true)
+          expect(c.entries ?? 0).toBeLessThan(maxEntriesPerNode)
+        }
+      }),
+      { numRuns: 1000 },
+    )
+  })
+
+  it("a draining or cordoned host with room takes it back; full, at its entries cap or unreported it does not", () => {
+    const budget = { memMib: 1024, vcpus: 1 }
+    for (const state of ["cordoned", "draining"] as const) {
+      expect(Placement.fitsReturn(host("a", 4096, 8, 3072, 0, { state }), budget)).toBe(true)
+      expect(Placement.fitsOn(host("a", 4096, 8, 3072, 0, { state }), budget)).toBe(false)
+      expect(Placement.fitsReturn(host("a", 4096, 8, 3073, 0, { state }), budget)).toBe(false)
+      expect(Placement.fitsReturn(host("a", 4096, 8, 0, 0, { state, entries: Limits.defaults.maxEntriesPerNode }), budget)).toBe(false)
+      expect(Placement.fitsReturn(host("a", 4096, 8, 0, 0, { state, reported: false }), budget)).toBe(false)
+    }
   })
 })

@@ -387,6 +387,46 @@ describe("a reclaimed session goes back to the source of a move committed withou
     expect(next.returned.map((r) => r.sessionId)).toStrictEqual(["s1"])
   })
 
+  it("goes back to a cordoned or draining source too (the guest is already there: no new placement), heard and with room", () => {
+    const one = (w: Reclaim.Way) => decide([w], [session("s1", "running", "e1")])
+    for (const state of ["cordoned", "draining"] as const) {
+      const d = one({ ...way("s1", 1024), source: { ...source(1024), state } })
+      expect(d.returned.map((r) => [r.sessionId, r.hostId])).toStrictEqual([["s1", "src"]])
+      expect(d.lostSessions).toStrictEqual([])
+      expect(d.returned[0]!.plan.host).toStrictEqual({ hostId: "src", version: 7 })
+      // Silent, full, or at its entries cap: lost, as a ready source would be.
+      expect(one({ ...way("s1", 1024, moved("src", "h1"), now - windowMs - 1), source: { ...source(1024, now - windowMs - 1), state } }).lostSessions).toStrictEqual(["s1"])
+      expect(one({ ...way("s1", 512), source: { ...source(512), state } }).lostSessions).toStrictEqual(["s1"])
+      expect(one({ ...way("s1", 1024), source: { ...source(1024), state, entries: Limits.defaults.maxEntriesPerNode } }).lostSessions).toStrictEqual(["s1"])
+    }
+  })
+
+  it("property: goes back exactly when the source is heard, reported, under its entries cap and has the room, whatever its state; two never share its last room", () => {
+    const cap = Limits.defaults.maxEntriesPerNode
+    fc.assert(
+      fc.property(
+        fc.constantFrom("ready" as const, "cordoned" as const, "draining" as const),
+        fc.integer({ min: 0, max: 4096 }),
+        fc.constantFrom<number | null>(now, now - windowMs, now - windowMs - 1, null),
+        fc.integer({ min: cap - 2, max: cap }),
+        fc.boolean(),
+        (state, roomMib, reportedAt, entries, both) => {
+          const src = { ...source(roomMib, reportedAt), state, entries }
+          const ways = both ? [{ ...way("s1", roomMib), source: src }, { ...way("s2", roomMib), source: src }] : [{ ...way("s1", roomMib), source: src }]
+          const d = decide(ways, both ? undefined : [session("s1", "running", "e1")])
+          const heard = reportedAt !== null && now - reportedAt <= windowMs
+          // Each return takes 1024 MiB and one entry on the source: as many go back as fit.
+          const fit = heard ? Math.min(Math.floor(roomMib / 1024), cap - entries, ways.length) : 0
+          const back = ways.slice(0, Math.max(0, fit)).map((w) => w.sessionId)
+          expect(d.returned.map((r) => r.sessionId)).toStrictEqual(back)
+          expect(d.returned.every((r) => r.hostId === "src")).toBe(true)
+          expect(d.lostSessions).toStrictEqual(ways.map((w) => w.sessionId).filter((id) => !back.includes(id)))
+          expect(Plan.checkGroup([d.plan, ...d.returned.map((r) => r.plan)])).toBeNull()
+        },
+      ),
+    )
+  })
+
   it("is held, not lost, while the source's own entries are reclaimed in the same pass", () => {
     const d = Reclaim.decide(
       { entries: [entry("e1", "session", "s1", stale), entry("x", "external", "op", stale, "src")], sessions: [session("s1", "running", "e1")], openMoves: [], ways: [way("s1", 1024)] },
