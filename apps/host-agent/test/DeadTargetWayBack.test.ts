@@ -174,6 +174,22 @@ describe("a session whose move's target died, over a real coordinator", () => {
       assert.isTrue(now !== null && now >= ranMs, `the guest's run carried on (${now} ms after ${ranMs} ms before the move), not booted afresh`)
     }),
   )
+  effect("a draining source gets the session back too and its pass resumes the paused copy: a return is no new placement, and nothing in the agent refuses a guest on a draining host", () =>
+    Effect.gen(function* () {
+      const { a, ranMs } = yield* movedToDeadTarget(true)
+      assert.strictEqual((yield* Effect.promise(() => admin("POST", "/v1/hosts/a/drain"))).status, 200)
+      const result = yield* store((s) => s.reclaim())
+      // Before: a draining (or cordoned) source had no room for placement, so lostSessions ["s1"], and a destroyed its copy.
+      assert.deepStrictEqual(result.lostSessions, [])
+      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }])
+      yield* a.pass
+      assert.deepStrictEqual(yield* Effect.map(a.runtime.list, (vms) => vms.map((v) => [v.vmId, v.status])), [["s1", "running"]], "the paused copy resumed on the draining a")
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [], "the debt is over")
+      const now = yield* a.cpuMs
+      assert.isTrue(now !== null && now >= ranMs, `the guest's run carried on (${now} ms after ${ranMs} ms before the move), not booted afresh`)
+      assert.deepInclude((yield* Effect.promise(() => admin("GET", "/v1/hosts/a"))).body, { state: "draining" })
+    }),
+  )
   effect("without the source's word (the target resolved the move itself: it ran the guest) the session is lost, never sent back to an older copy", () =>
     Effect.gen(function* () {
       yield* movedToDeadTarget(false)

@@ -381,6 +381,65 @@ export const cascades: Group = {
         yield* expectInvariants
       }),
     ),
+    ...(["cordoned", "draining"] as const).map((state) =>
+      kase(
+        `a session reclaimed from the target of a move committed without phases, whose source owes a resend, goes back to its source while the source is ${state} (no new placement: the guest is already there), heard and with room`,
+        Effect.gen(function* () {
+          const s = yield* store
+          const move = yield* committedUnconfirmed(true)
+          yield* s.setHostState("src", state)
+          const result = yield* s.reclaim()
+          expect(result.reclaimed.map((r) => r.id)).toStrictEqual([move.reservationId])
+          expect(result.lostSessions).toStrictEqual([])
+          expect(result.returned).toStrictEqual([{ sessionId: "s1", hostId: "src" }])
+          const back = yield* s.getSession("s1")
+          expect(back).toMatchObject({ state: "running", hostId: "src" })
+          expect((yield* reservationsNow(s)).map((r) => [r.id, r.hostId, r.ownerId])).toStrictEqual([[back.reservationId, "src", "s1"]])
+          // The source keeps its state: it still takes nothing new.
+          expect(yield* s.getHost("src")).toMatchObject({ state, headroom: { reserved: { memMib: budget.memMib } } })
+          expect((yield* s.sessionEvents("s1")).items.at(-1)?.event).toStrictEqual({ _tag: "Running", hostId: "src" })
+          yield* expectInvariants
+        }),
+      ),
+    ),
+    kase(
+      "a session reclaimed from the target of a move committed without phases ends lost when its draining source is silent too",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* committedUnconfirmed(false)
+        yield* s.setHostState("src", "draining")
+        yield* lostNotReturned
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move committed without phases ends lost when its cordoned source has no room",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* committedUnconfirmed(true)
+        // The room taken while it was ready (external reservations land only on ready hosts), then cordoned.
+        const filler = yield* s.reserve({ id: "filler", hostId: "src", ownerKind: "external", ownerId: "op", memMib: 3072, vcpus: 1 })
+        yield* s.setHostState("src", "cordoned")
+        const result = yield* s.reclaim()
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(result.returned).toBeUndefined()
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([filler.id])
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a session reclaimed from the target of a move committed without phases ends lost when its source was removed (it held nothing: no row to go back to)",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* committedUnconfirmed(true)
+        yield* s.removeHost("src")
+        const result = yield* s.reclaim()
+        expect(result.lostSessions).toStrictEqual(["s1"])
+        expect(result.returned).toBeUndefined()
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+        yield* expectInvariants
+      }),
+    ),
     kase(
       "a session reclaimed from the target of a move committed without phases ends lost when its source is silent too",
       Effect.gen(function* () {
