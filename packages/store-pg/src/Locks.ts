@@ -66,6 +66,18 @@ export const lockHosts = (tx: Tx, ids: readonly string[]) => {
   )
 }
 
+/**
+ * One host's row locked (`NO KEY UPDATE`, as `lockHosts`, a report and the apply take it) and
+ * its last report's time read by the locking statement: a report that holds the row is waited
+ * for, and its time read (under READ COMMITTED a row locked after a concurrent update is read
+ * as that update left it). Undefined: no such host.
+ */
+export const lockHostReported = (tx: Tx, id: string) =>
+  Effect.map(
+    tx.use((exec) => exec.select({ reportedAt: hosts.reportedAt }).from(hosts).where(eq(hosts.id, id)).for("no key update")),
+    (rows): { readonly reportedAt: number | null } | undefined => rows[0],
+  )
+
 /** The outcome of a locking host choice. */
 export type Picked =
   | { readonly _tag: "Chosen"; readonly hostId: string; readonly version: number }

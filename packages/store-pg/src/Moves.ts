@@ -16,12 +16,12 @@ import type { DbError, Transient } from "./Db.js"
 import type { Exec, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
 import { readHostRows, toCandidate } from "./HostRows.js"
-import { lockHosts, lockMove, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
+import { lockHostReported, lockHosts, lockMove, lockOpenMove, lockSession, pickAndLock } from "./Locks.js"
 import * as Pages from "./Pages.js"
 import { toMove, toSession } from "./Rows.js"
 import { movePairs, moves } from "./schema.js"
 
-type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "abortMove" | "markResendOwed" | "getMove" | "latestMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
+type MoveOps = Pick<StoreShape, "beginMove" | "recordRound" | "commitMove" | "commitMoveByOperator" | "abortMove" | "markResendOwed" | "getMove" | "latestMove" | "getMoves" | "listMoves" | "pageMoves" | "openMove" | "listPairCommits">
 
 const moveNotFound = (id: string) => new NotFound({ entity: "move", id })
 
@@ -107,10 +107,16 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
 
   /**
    * A commit or an abort: the move and its session under their row locks, core's step, its
-   * plan applied. `early` refuses a finished move before the session is locked (core's rule;
-   * the step judges it again).
+   * plan applied. `early` refuses the move under those locks before the step (core's rule; the
+   * step judges a finished move again); it may lock and read what comes after the move in the
+   * store's lock order (an operator's commit: the source host).
    */
-  const finish = (moveId: string, early: (m: Move.Record) => Move.Refusal | null, stepOf: (m: Move.Record) => Session.Step, after?: (tx: Tx, m: Move.Record, t: number) => Effect.Effect<void, DbError | Transient>) =>
+  const finish = (
+    moveId: string,
+    early: (tx: Tx, m: Move.Record, t: number) => Effect.Effect<Move.Refusal | null, DbError | Transient>,
+    stepOf: (m: Move.Record) => Session.Step,
+    after?: (tx: Tx, m: Move.Record, t: number) => Effect.Effect<void, DbError | Transient>,
+  ) =>
     Effect.gen(function* () {
       const t = yield* now
       return yield* db.transaction((tx) =>
@@ -124,7 +130,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
           const row = yield* lockMove(tx, moveId)
           if (row === undefined) return yield* moveNotFound(moveId)
           const m = toMove(row)
-          const refused = early(m)
+          const refused = yield* early(tx, m, t)
           if (refused) return yield* finished(refused)
           const answer = s === undefined ? ({ _tag: "NotFound" } as const) : Session.step(toSession(s), stepOf(m), t)
           if (answer._tag !== "Plan") return yield* fromMoveRefusal(moveId, answer as Session.Refusal)
@@ -226,8 +232,27 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
         const bad = phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard)))
         if (bad) return Effect.fail(bad)
-        return finish(moveId, (m) => Move.refuseCommit(m, phases !== null), (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null }), keepCommit)
+        return finish(moveId, (_, m) => Effect.succeed(Move.refuseCommit(m, phases !== null)), (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null }), keepCommit)
       }),
+
+    // Judged under the session's and the move's row locks and, before the final round, the source
+    // host's, taken next (the store's lock order: hosts after moves; the commit's apply then
+    // writes that host's row, already held). A report of the source holds that lock while it
+    // writes (and takes no session's nor move's): it either committed before our lock, and its
+    // time is read, or waits for this commit. A check before this transaction would let a report
+    // land between it and the commit.
+    commitMoveByOperator: (moveId) =>
+      finish(
+        moveId,
+        (tx, m, t) =>
+          Effect.gen(function* () {
+            const refused = Move.refuseCommit(m, false)
+            if (refused !== null || Move.finalRoundRecorded(m)) return refused
+            const source = yield* lockHostReported(tx, m.sourceHostId)
+            return Move.refuseOperatorCommit(m, source ?? null, t, limits())
+          }),
+        (move) => ({ _tag: "commitMove", move, phases: null, guard: null }),
+      ),
 
     abortMove: (moveId, reason, options = {}) =>
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
@@ -238,7 +263,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         // committed before this lock (we see it and refuse) or waits for this transaction.
         return finish(
           moveId,
-          (m) => Move.refuseAbort(m, onlyBeforeFinalRound),
+          (_, m) => Effect.succeed(Move.refuseAbort(m, onlyBeforeFinalRound)),
           (move) => ({ _tag: "abortMove", move, reason, estimateMs: options.estimateMs ?? null, onlyBeforeFinalRound, targetReclaimed: false }),
         )
       }),

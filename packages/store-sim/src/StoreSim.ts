@@ -1136,6 +1136,18 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return done
       }),
 
+    // The source host's read, core's judgement and the commit's step run in one synchronous stretch
+    // (`stepMove` steps when called; nothing between yields to another fiber): no report lands
+    // between the judgement and the commit.
+    commitMoveByOperator: (moveId) =>
+      Effect.gen(function* () {
+        const m = yield* findMove(moveId)
+        const t = yield* now
+        const refused = Move.refuseOperatorCommit(m, hosts.get(m.sourceHostId) ?? null, t, limits)
+        if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
+        return yield* stepMove(m, { _tag: "commitMove", move: m, phases: null, guard: null }, t)
+      }),
+
     listPairCommits: (filter = {}) =>
       Effect.suspend(() => {
         const bad = Validate.pairFilter(filter)

@@ -315,6 +315,21 @@ export interface StoreShape {
    */
   readonly commitMove: (moveId: string, phases: MovePhases | null, guard?: MoveGuardReport | null) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
+   * An operator's commit of a move in doubt (`engram moves commit`, the coordinator's resolve with
+   * the admin's word; SPEC §13): `commitMove(moveId, null)` judged by core's
+   * `Move.refuseOperatorCommit` against the move's source host as it is at the commit, in the same
+   * atomic step: before the final round is recorded, refused (`Conflict`, that rule's reason,
+   * nothing changed) while the source is heard (its last report within the stale window), a
+   * report the source makes concurrently being either seen or made after the commit, never lost
+   * between a check and the commit (store-pg: the source host's row is read under its row lock,
+   * which a report holds while it writes). A source host removed is not heard.
+   *
+   * Optional: on a store without it the coordinator judges the rule on a read of the source host
+   * of its own, then calls `commitMove(moveId, null)`: two steps, so a source heard between them is
+   * not refused.
+   */
+  readonly commitMoveByOperator?: ((moveId: string) => Fx<Move, NotFound | Conflict>) | undefined
+  /**
    * The move failed: the target's reservation is dropped, the session runs on the source.
    * With `onlyBeforeFinalRound`, a move past its point of no return (its intent or its final
    * round recorded: the target may run the guest) is not aborted: `Conflict`, nothing changed.

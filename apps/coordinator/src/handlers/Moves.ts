@@ -38,15 +38,21 @@ export const MovesHandlers = HandlerGroup.make(
      * An operator's commit, judged as core's `Move.refuseOperatorCommit` does: before the final
      * round, refused (409) while the move's source is heard (its last report within the stale
      * window): it is still sending the move and the target may hold no complete copy. A
-     * source removed or never reported is not heard. The store's commit judges the rest again.
+     * source removed or never reported is not heard. The store judges it with the commit, in one
+     * step (`Store.commitMoveByOperator`); a store without it is judged here on a read of the
+     * source host, then committed: two steps (a source heard between them is not refused).
      */
-    const operatorMayCommit = (m: Move) =>
-      Effect.gen(function* () {
-        if (CoreMove.finalRoundRecorded(m)) return
-        const source = yield* api(Effect.interruptible(store.getHost(m.sourceHostId).pipe(Effect.catchTag("NotFound", () => Effect.succeed(null)))))
-        const refused = CoreMove.refuseOperatorCommit(m, source, yield* storeNow, store.limits())
-        if (refused !== null) return yield* api(Effect.fail(new Conflict({ entity: "move", id: m.id, reason: refused.reason })))
-      })
+    const operatorCommit = (m: Move) =>
+      store.commitMoveByOperator !== undefined
+        ? store.commitMoveByOperator(m.id)
+        : Effect.gen(function* () {
+            if (!CoreMove.finalRoundRecorded(m)) {
+              const source = yield* Effect.interruptible(store.getHost(m.sourceHostId).pipe(Effect.catchTag("NotFound", () => Effect.succeed(null))))
+              const refused = CoreMove.refuseOperatorCommit(m, source, yield* storeNow, store.limits())
+              if (refused !== null) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
+            }
+            return yield* store.commitMove(m.id, null)
+          })
     const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)] as const
     return HttpApiBuilder.group(EngramApi, "moves", (h) =>
       h
@@ -105,9 +111,12 @@ export const MovesHandlers = HandlerGroup.make(
             const p = yield* CurrentPrincipal
             const by = p._tag === "Admin" ? "operator" : `host ${p.hostId}`
             // The target's report says it runs the guest (from a complete stream); an operator's word is judged against the source.
-            if (payload.outcome === "commit" && p._tag === "Admin") yield* operatorMayCommit(m)
             const resolved = yield* api(
-              payload.outcome === "commit" ? store.commitMove(params.id, null) : store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`),
+              payload.outcome === "abort"
+                ? store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`)
+                : p._tag === "Admin"
+                  ? operatorCommit(m)
+                  : store.commitMove(params.id, null),
             )
             yield* Effect.logWarning(`in-doubt move resolved: ${payload.outcome}`, { moveId: m.id, sessionId: m.sessionId, by, reason: payload.reason })
             yield* drainer.roomAppeared(...topics(resolved))
