@@ -5,9 +5,13 @@
 // naming the rule, and nothing changes. A source silent past the window (frozen or dead) may never
 // send the final round: the operator's word stands, as before. A silent source is made without a
 // sleep: its report is written by a store whose clock runs ten minutes behind (the window is two).
+// Run on a store that judges the rule with its commit (`Store.commitMoveByOperator`, one step) and
+// on one without it (the coordinator judges it on a read of the source, then commits).
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
+import { Store } from "@engram/store"
 import { StoreSim } from "@engram/store-sim"
+import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { shiftedLayer } from "./support/clock.js"
 import type { Shift } from "./support/clock.js"
@@ -20,11 +24,26 @@ const intent = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, capt
 const full = { kind: "full", wireBytes: 1e6, apparentBytes: 4e9, sendMs: 100, captureMs: 40 }
 const final = { kind: "final", wireBytes: 1e5, apparentBytes: 1e5, sendMs: 0, captureMs: 40 }
 
-describe("an operator's commit before the move's final round", () => {
+/** The store of `inner` without its optional `commitMoveByOperator` (a third party's store that predates it). */
+const withoutOperatorCommit = <E>(inner: Layer.Layer<Store, E>): Layer.Layer<Store, E> =>
+  Layer.effect(
+    Store,
+    Effect.gen(function* () {
+      const { commitMoveByOperator: _, ...rest } = yield* Store
+      return Store.of(rest)
+    }),
+  ).pipe(Layer.provide(inner))
+
+const stores = [
+  ["a store that judges it with the commit", StoreSim.layer()],
+  ["a store without commitMoveByOperator", withoutOperatorCommit(StoreSim.layer())],
+] as const
+
+describe.each(stores)("an operator's commit before the move's final round, on %s", (_, store) => {
   const shift: Shift = { ms: 0 }
   let c: RunningCoordinator
   beforeAll(async () => {
-    c = await startCoordinator({ store: shiftedLayer(StoreSim.layer(), shift), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
+    c = await startCoordinator({ store: shiftedLayer(store, shift), reaper: false, logLevel: "Error", config: { port: 0, adminToken } })
   })
   afterAll(() => c?.stop())
 

@@ -8,7 +8,7 @@
 import { expect } from "@effect/vitest"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { addHost, commitAfterFinal, expectFailure, finalRound, expectInvariants, expectUnchanged, kase, reportAll, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
+import { addHost, commitAfterFinal, expectFailure, finalRound, expectInvariants, expectUnchanged, kase, peerUrlOf, reportAll, reportFor, reservationsNow, sessionIn, snapshot, store } from "../Harness.js"
 import type { Group } from "../Harness.js"
 
 const budget = { memMib: 2048, vcpus: 2 }
@@ -63,6 +63,20 @@ const resendMark = Effect.gen(function* () {
   if (mark === undefined) return expect.fail("the store has no markResendOwed (optional): skip this case, stating why")
   return mark
 })
+
+/**
+ * The store's `commitMoveByOperator`. Optional in the interface (the coordinator then judges the
+ * operator's commit on a read of its own, a step before the commit): a store without it switches
+ * these cases off (`skip`, with its reason) rather than passing them unread.
+ */
+const operatorCommit = Effect.gen(function* () {
+  const commit = (yield* store).commitMoveByOperator
+  if (commit === undefined) return expect.fail("the store has no commitMoveByOperator (optional): skip this case, stating why")
+  return commit
+})
+
+/** The source's intent: the next round is the final one (no figures). */
+const intent = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 } as const
 
 /**
  * `s1` moved from `src` to `dst`, committed there without the source's phases (an operator's word
@@ -343,6 +357,52 @@ export const cascades: Group = {
         expect(yield* expectFailure(s.commitMove(move.id, null), "Conflict")).toMatchObject({ entity: "move", id: move.id })
         expect((yield* expectFailure(s.commitMove(move.id, { ...phases, sendMs: 0 }), "InvalidInput")).field).toBe("sendMs")
         yield* expectUnchanged(before, "a refused commit")
+      }),
+    ),
+    kase(
+      "an operator's commit (commitMoveByOperator) before the final round is judged on the source as it is at the commit: refused while the source is heard, by a report made after the source fell silent too (a check before the commit would have passed), nothing changed; let through once the source is silent",
+      Effect.gen(function* () {
+        const s = yield* store
+        const commit = yield* operatorCommit
+        const { move } = yield* moving
+        // Not in doubt yet: refused whatever the source.
+        expect((yield* expectFailure(commit(move.id), "Conflict")).reason).toBe("neither an intent nor a final round recorded: the move is not in doubt")
+        yield* s.recordRound(move.id, intent)
+        // Both agents silent past the window: a check of the source here would let the commit through...
+        yield* TestClock.adjust(staleWindowMs + 1)
+        // ...but the source reports before the commit (it is still sending): the commit sees it.
+        yield* s.reportHost("src", { ...reportFor(4096, 8, s.limits()), peerUrl: peerUrlOf("src") })
+        const before = yield* snapshot
+        const refused = yield* expectFailure(commit(move.id), "Conflict")
+        expect(refused).toMatchObject({ entity: "move", id: move.id })
+        expect(refused.reason).toBe(
+          "the move's source src is heard (its last report 0 s ago, within the 120 s stale window) and the move's final round is not recorded yet: the target may hold no complete copy; wait for the final round (or the target's own commit) or abort",
+        )
+        yield* expectUnchanged(before, "a refused operator's commit")
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "pending", endedAt: null })
+        // Its last report at the window's edge is still heard; a millisecond past it, silent: the operator's word stands.
+        yield* TestClock.adjust(staleWindowMs)
+        yield* expectFailure(commit(move.id), "Conflict")
+        yield* TestClock.adjust(1)
+        expect(yield* commit(move.id)).toMatchObject({ id: move.id, state: "committed", phases: null, abortReason: null })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: move.reservationId })
+        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([move.reservationId])
+        // Finished, or unknown: refused as any commit.
+        expect((yield* expectFailure(commit(move.id), "Conflict")).reason).toBe("move is committed")
+        yield* expectFailure(commit("nope"), "NotFound")
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "an operator's commit (commitMoveByOperator) of a move whose final round is recorded stands while its source is heard: the target holds the complete stream",
+      Effect.gen(function* () {
+        const s = yield* store
+        const commit = yield* operatorCommit
+        const { move } = yield* inDoubt
+        yield* reportAll
+        expect(yield* commit(move.id)).toMatchObject({ id: move.id, state: "committed", phases: null })
+        expect(yield* s.getSession("s1")).toMatchObject({ state: "running", hostId: "dst", reservationId: move.reservationId })
+        yield* expectInvariants
       }),
     ),
     kase(
