@@ -4,13 +4,13 @@
  * view is the host cache's (`HostCache.fleet`: only what changed since its last read is read).
  */
 import { Ledger } from "@engram/core"
-import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, reportIsOutdated, reportReorderMs, reportReorderSlackMs, unchangedByReport, Validate } from "@engram/store"
+import { Conflict, CurrentFence, Cursor, NotFound, Refused, reportChanges, reportedTemplates, reportIsOutdated, reportReorderMs, reportReorderSlackMs, tokenHashTaken, unchangedByReport, Validate } from "@engram/store"
 import type { Fence, Host, HostReport, HostView, InvalidInput, ReportChanges, ReportedHost, StoreShape } from "@engram/store"
 import { eq, sql } from "drizzle-orm"
 import { Effect } from "effect"
 import * as Batcher from "./Batcher.js"
 import { maxGroupedReads } from "./Assignments.js"
-import { anyJson, dieOnUnique } from "./Db.js"
+import { anyJson, dieOnUnique, UniqueViolation } from "./Db.js"
 import * as FenceSql from "./Fence.js"
 import type { Conn, DbError, Tx } from "./Db.js"
 import type { Deps } from "./Deps.js"
@@ -36,6 +36,21 @@ type HostOps = Pick<
 >
 
 const hostNotFound = (id: string) => new NotFound({ entity: "host", id })
+
+/** The unique index on hosts' credential hashes (migration 0021): a host token authenticates one host. */
+const tokenHashIndex = "hosts_token_hash_idx"
+
+/** A write refused by the token hash index is `tokenHashTaken` for host `id`; any other unique violation is a defect. */
+const tokenHashConflict =
+  (id: string) =>
+  <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, Exclude<E, UniqueViolation> | Conflict, R> =>
+    Effect.catch(self, (e): Effect.Effect<never, Exclude<E, UniqueViolation> | Conflict> =>
+      e instanceof UniqueViolation
+        ? e.constraint === tokenHashIndex
+          ? Effect.fail(tokenHashTaken(id))
+          : Effect.die(e)
+        : Effect.fail(e as Exclude<E, UniqueViolation>),
+    )
 
 const hostOf = (h: typeof hosts.$inferSelect): Host => ({
   id: h.id,
@@ -130,9 +145,9 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
 
   // An agent's first request after a reconnect looks its host up by its token (the coordinator
   // keeps what it found): concurrent lookups share one statement (at most 256 hashes, two
-  // statements at once), as the assignments reads do (`Assignments.ts`). A hash held by
-  // several hosts answers the first by id, as one lookup did. The group's hashes are probed in
-  // the token hash index (`anyJson`), not joined against every host.
+  // statements at once), as the assignments reads do (`Assignments.ts`). At most one host holds
+  // a hash (the index is unique). The group's hashes are probed in the token hash index
+  // (`anyJson`), not joined against every host.
   const byTokenHash = Batcher.make<string, Host | null, DbError>({
     name: "hostByTokenHash",
     maxBatch: maxGroupedReads,
@@ -162,13 +177,13 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
         const labels = { ...(input.labels ?? {}) }
         const inserted = yield* db.pool.query(sql`insert into hosts (id, labels, state, token_hash, created_at)
           values (${input.id}, ${JSON.stringify(labels)}::jsonb, 'ready', ${input.tokenHash ?? null}, ${t})
-          on conflict do nothing returning ${hostColumns("", "room")}, 0 as "parks", 0 as "descents"`)
+          on conflict (id) do nothing returning ${hostColumns("", "room")}, 0 as "parks", 0 as "descents"`)
         const row = inserted[0]
         if (row === undefined) return yield* new Conflict({ entity: "host", id: input.id, reason: "host already registered" })
         cache.learn(toHostRow(row))
         const host: Host = { id: input.id, labels, state: "ready", report: null, reportedAt: null, createdAt: t, peerUrl: null }
         return host
-      }).pipe(dieOnUnique),
+      }).pipe(tokenHashConflict(input.id)),
 
     reportHost: (id, report: HostReport) =>
       Effect.gen(function* () {
@@ -213,7 +228,7 @@ export const make = ({ db, now, limits, cache }: Deps, options: BeatOptions = {}
       Effect.flatMap(
         db.pool.use((exec) => exec.update(hosts).set({ tokenHash }).where(eq(hosts.id, id)).returning()),
         (rows) => (rows[0] === undefined ? Effect.fail(hostNotFound(id)) : Effect.succeed(hostOf(rows[0]))),
-      ).pipe(dieOnUnique),
+      ).pipe(tokenHashConflict(id)),
 
     removeHost: (id) =>
       db

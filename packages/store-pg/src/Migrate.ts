@@ -57,6 +57,22 @@ const sqlState = (e: unknown): string | undefined => {
   return undefined
 }
 
+/**
+ * A migration the database refused (a check of its own, as 0021's shared token hashes, or any
+ * failed statement) as an error that says the database's message, not drizzle's "Failed query"
+ * with the whole migration's text; the driver's error stays its cause. Answers `e` unchanged
+ * when no database error is in it.
+ */
+export const migrationFailure = (e: unknown): unknown => {
+  for (let c: unknown = e, depth = 0; c !== null && c !== undefined && depth < 5; depth++) {
+    const { code, message } = c as { readonly code?: unknown; readonly message?: unknown }
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && typeof message === "string")
+      return new Error(`a migration failed and nothing of it was applied: ${code}: ${message}`, { cause: e })
+    c = (c as { readonly cause?: unknown }).cause
+  }
+  return e
+}
+
 const defaultPause = (attempt: number) => new Promise<void>((ok) => setTimeout(ok, Math.min(5_000, attempt * 1_000)))
 
 /**
@@ -86,7 +102,7 @@ export const migrateUrl = async (url: string, options: MigrateOptions = {}): Pro
           await migratePostgres(drizzlePostgres({ client: client as unknown as UpstreamSql }), { migrationsFolder })
           break
         } catch (e) {
-          if (sqlState(e) !== LOCK_NOT_AVAILABLE) throw e
+          if (sqlState(e) !== LOCK_NOT_AVAILABLE) throw migrationFailure(e)
           if (attempt >= attempts) {
             throw new Error(
               `a migration waited for a table's lock past lock_timeout ${lockTimeoutMs} ms on each of ${attempts} tries (another client holds a long transaction on it); nothing was applied by the last try`,
@@ -159,7 +175,9 @@ export const lockedSession = async (url: string, idleTimeoutMs: number) => {
 
 /** Applies the migrations to a PGlite database. */
 export const migratePgliteClient = async (client: PGlite): Promise<void> => {
-  await migratePglite(drizzlePglite({ client }), { migrationsFolder })
+  await migratePglite(drizzlePglite({ client }), { migrationsFolder }).catch((e: unknown) => {
+    throw migrationFailure(e)
+  })
 }
 
 /**

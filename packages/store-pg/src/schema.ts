@@ -80,8 +80,9 @@ export const hosts = pgTable(
       "hosts_reserved_sums_check",
       sql`${t.reservedMemMib} >= 0 and ${t.reservedVcpus} >= 0 and ${t.entries} >= 0`,
     ),
-    // How a coordinator authenticates an agent: the host holding a credential hash.
-    index("hosts_token_hash_idx").on(t.tokenHash).where(sql`${t.tokenHash} is not null`),
+    // How a coordinator authenticates an agent: the host holding a credential hash. Unique (0021):
+    // a token authenticates one host, so a hash issued twice is refused, not answered by either.
+    uniqueIndex("hosts_token_hash_idx").on(t.tokenHash).where(sql`${t.tokenHash} is not null`),
   ],
 )
 

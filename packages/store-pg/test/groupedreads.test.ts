@@ -90,12 +90,13 @@ describe("a group of lookups by token hash reads by the index", () => {
   })
 
   it("no scan of every host, custom or generic plan; each lookup answers what a single read would after rotations and a removal", async () => {
-    // h3's credential rotated, h4 removed, h5 given h6's hash too (the first by id answers it).
-    await Effect.runPromise(Effect.all([store.setHostTokenHash("h3", "hash-3-new"), store.removeHost("h4"), store.setHostTokenHash("h5", "hash-6")]))
+    // h3's credential rotated, h4 removed; h5 refused h6's hash (a hash authenticates one host).
+    await Effect.runPromise(Effect.all([store.setHostTokenHash("h3", "hash-3-new"), store.removeHost("h4")]))
+    expect((await Effect.runPromise(Effect.flip(store.setHostTokenHash("h5", "hash-6"))))._tag).toBe("Conflict")
     statements = []
-    const asked = ["hash-1", "hash-2", "hash-3", "hash-3-new", "hash-4", "hash-6", "hash-7", "hash-4999", "nope", "hash-2"]
+    const asked = ["hash-1", "hash-2", "hash-3", "hash-3-new", "hash-4", "hash-6", "hash-5", "hash-4999", "nope", "hash-2"]
     const found = await Effect.runPromise(Effect.forEach(asked, (h) => store.hostByTokenHash(h), { concurrency: "unbounded" }))
-    expect(found.map((h) => h?.id ?? null)).toStrictEqual(["h1", "h2", null, "h3", null, "h5", "h7", "h4999", null, "h2"])
+    expect(found.map((h) => h?.id ?? null)).toStrictEqual(["h1", "h2", null, "h3", null, "h6", "h5", "h4999", null, "h2"])
     const single = await Effect.runPromise(Effect.forEach(asked, (h) => store.hostByTokenHash(h), { concurrency: 1 }))
     expect(single).toStrictEqual(found)
 

@@ -127,3 +127,46 @@ describe("migration 0019 (host versions from a sequence) on a database with host
     }
   }, 120_000)
 })
+
+describe("migration 0021 (the token hash index unique) on a database with hosts", () => {
+  it("hashes held by several hosts fail it naming the rule and the hosts, nothing applied; once rotated it applies and refuses a second holder", async () => {
+    const upgraded = await freshDatabase()
+    const client = postgres(upgraded.url, { max: 1, onnotice: () => undefined })
+    // The migrations before 0021, whatever comes after it.
+    const before = mkdtempSync(join(tmpdir(), "engram-migrations-0020-"))
+    cpSync(migrationsFolder, before, { recursive: true })
+    const journal = JSON.parse(readFileSync(join(before, "meta", "_journal.json"), "utf8")) as { entries: { tag: string }[] }
+    journal.entries = journal.entries.filter((e) => e.tag < "0021")
+    writeFileSync(join(before, "meta", "_journal.json"), JSON.stringify(journal))
+    const unique = async () =>
+      (await client`select i.indisunique as u from pg_index i join pg_class c on c.oid = i.indexrelid where c.relname = 'hosts_token_hash_idx'`)[0]?.["u"]
+    try {
+      await drizzleMigrate(drizzle({ client }), { migrationsFolder: before })
+      const older = await applied(upgraded.url)
+      // The release before took a hash twice: two hosts share one, the others hold their own or none.
+      await client`insert into hosts (id, created_at, token_hash) values ('a', 1, 'shared'), ('b', 1, 'shared'), ('c', 1, 'own'), ('d', 1, null), ('e', 1, null)`
+      const refused = await migrateUrl(upgraded.url).then(
+        () => null,
+        (e: unknown) => String(e instanceof Error ? e.message : e),
+      )
+      expect(refused).toContain("hosts.token_hash must be unique (a host token authenticates one host)")
+      expect(refused).toContain("1 token hash(es) are held by several hosts (hosts sharing one: a, b)")
+      expect(refused).not.toContain("shared")
+      // Nothing applied: the index as it was, the hosts untouched.
+      expect(await applied(upgraded.url)).toBe(older)
+      expect(await unique()).toBe(false)
+      expect((await client`select count(*)::int as n from hosts where token_hash = 'shared'`)[0]?.["n"]).toBe(2)
+      // The operator rotates one of them: it applies, and a second holder is refused from then on.
+      await client`update hosts set token_hash = 'rotated' where id = 'b'`
+      await migrateUrl(upgraded.url)
+      expect(await applied(upgraded.url)).toBe(entries)
+      expect(await unique()).toBe(true)
+      await expect(client`insert into hosts (id, created_at, token_hash) values ('f', 2, 'own')`).rejects.toMatchObject({ code: "23505" })
+      await client`insert into hosts (id, created_at, token_hash) values ('g', 2, null)`
+    } finally {
+      await client.end()
+      await upgraded.drop()
+      rmSync(before, { recursive: true, force: true })
+    }
+  }, 120_000)
+})

@@ -20,6 +20,7 @@ import {
   NotFound,
   Refused,
   reportChanges,
+  tokenHashTaken,
   reportIsOutdated,
   unchangedByReport,
   reportedTemplates,
@@ -211,6 +212,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let limits: Limits.Limits = options.limits ?? Limits.defaults
   const park = options.park ?? ParkPolicy.defaultRule
   let hosts = new Map<string, HostRec>()
+  // The host holding each credential hash: at most one (`tokenHashTaken`), found without a walk of every host.
+  let byTokenHash = new Map<string, HostRec>()
   let index = new PlacementIndex.Index(limits)
   const noFitDetails = options.noFitDetails ?? true
   let sessions = new Map<string, SessionRec>()
@@ -251,6 +254,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   const reset = (next: Limits.Limits = Limits.defaults): void => {
     limits = next
     hosts = new Map()
+    byTokenHash = new Map()
     index = new PlacementIndex.Index(limits)
     sessions = new Map()
     liveByHost = new Map()
@@ -659,6 +663,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const bad = Validate.hostInput(input)
         if (bad) return yield* bad
         if (hosts.has(input.id)) return yield* new Conflict({ entity: "host", id: input.id, reason: "host already registered" })
+        if (input.tokenHash !== undefined && byTokenHash.has(input.tokenHash)) return yield* tokenHashTaken(input.id)
         const t = yield* now
         const h: HostRec = {
           id: input.id,
@@ -680,6 +685,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         }
         refresh(h)
         hosts.set(h.id, h)
+        if (h.tokenHash !== null) byTokenHash.set(h.tokenHash, h)
         hostsSorted = null
         tooBigIndex = null
         return hostOf(h)
@@ -728,8 +734,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
       }),
     hostByTokenHash: (tokenHash) =>
       Effect.sync(() => {
-        for (const h of hosts.values()) if (h.tokenHash !== null && h.tokenHash === tokenHash) return hostOf(h)
-        return null
+        const h = byTokenHash.get(tokenHash)
+        return h === undefined ? null : hostOf(h)
       }),
     hostTokenHashes: (ids) =>
       Effect.sync(() => {
@@ -743,9 +749,13 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     pageHosts: (page = {}) => pageOf("hosts", () => [...hosts.values()].sort(byId).map(viewOf), (h) => [h.id], page),
 
     setHostTokenHash: (id, tokenHash) =>
-      Effect.map(findHost(id), (h) => {
+      Effect.flatMap(findHost(id), (h) => {
+        const holder = byTokenHash.get(tokenHash)
+        if (holder !== undefined && holder !== h) return Effect.fail(tokenHashTaken(id))
+        if (h.tokenHash !== null) byTokenHash.delete(h.tokenHash)
         h.tokenHash = tokenHash
-        return hostOf(h)
+        byTokenHash.set(tokenHash, h)
+        return Effect.succeed(hostOf(h))
       }),
 
     removeHost: (id) =>
@@ -756,6 +766,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const refused = Ledger.refuseHostRemoval(id, { entries: h.entries.size, sessions: onHost })
         if (refused) return yield* new Refused({ check: refused.check, reason: refused.message })
         hosts.delete(id)
+        if (h.tokenHash !== null) byTokenHash.delete(h.tokenHash)
         hostsSorted = null
         tooBigIndex = null
         index.remove(id)

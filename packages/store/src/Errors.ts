@@ -36,6 +36,14 @@ export class Conflict extends Schema.TaggedError<Conflict>()("Conflict", {
   }
 }
 
+/**
+ * A credential hash another host holds already, given to host `hostId` (a registration or a
+ * rotation): a host token authenticates one host, so a hash is never issued twice. Both stores
+ * refuse it alike; the hash itself is not named.
+ */
+export const tokenHashTaken = (hostId: string): Conflict =>
+  new Conflict({ entity: "host", id: hostId, reason: "tokenHash is held by another host: a host token authenticates one host" })
+
 /** A session state change the life cycle does not allow (SPEC §2). Nothing was changed. */
 export class IllegalTransition extends Schema.TaggedError<IllegalTransition>()("IllegalTransition", {
   sessionId: Schema.String,

@@ -69,8 +69,10 @@ export interface StoreShape {
 
   // Hosts
   /**
-   * Registers a new host (state `ready`, unmeasured). An existing id is a `Conflict`. It takes
-   * placements only after its first report (registration is not readiness, SPEC §12).
+   * Registers a new host (state `ready`, unmeasured). An existing id is a `Conflict`, and so is
+   * a `tokenHash` another host holds (`tokenHashTaken`: a host token authenticates one host);
+   * nothing is written either way. It takes placements only after its first report
+   * (registration is not readiness, SPEC §12).
    */
   readonly registerHost: (input: {
     readonly id: string
@@ -88,7 +90,7 @@ export interface StoreShape {
   /** Sets `ready` (uncordon), `cordoned` or `draining`. */
   readonly setHostState: (id: string, state: "ready" | "cordoned" | "draining") => Fx<HostView, NotFound>
   readonly getHost: (id: string) => Fx<HostView, NotFound>
-  /** The host whose credential hash this is, or null: how a coordinator authenticates an agent. */
+  /** The host whose credential hash this is (at most one holds it), or null: how a coordinator authenticates an agent. */
   readonly hostByTokenHash: (tokenHash: string) => Fx<Host | null>
   /**
    * The credential hash each of `ids` holds now, in one read (one statement on PostgreSQL, as of
@@ -99,8 +101,12 @@ export interface StoreShape {
    * one `hostByTokenHash` per token on a store without it.
    */
   readonly hostTokenHashes?: ((ids: readonly string[]) => Fx<ReadonlyMap<string, string>>) | undefined
-  /** Replaces a host's credential hash (a rotation): the old credential finds no host from now on. */
-  readonly setHostTokenHash: (id: string, tokenHash: string) => Fx<Host, NotFound>
+  /**
+   * Replaces a host's credential hash (a rotation): the old credential finds no host from now on.
+   * A hash another host holds is a `Conflict` (`tokenHashTaken`) and changes nothing; the host's
+   * own hash again is no change.
+   */
+  readonly setHostTokenHash: (id: string, tokenHash: string) => Fx<Host, NotFound | Conflict>
   /**
    * Removes a host that holds nothing: a host with a reservation or a session on it is
    * `Refused` with check `host_in_use` (core's `Ledger.refuseHostRemoval`) and stays.

@@ -256,6 +256,35 @@ export const hosts: Group = {
       }),
     ),
     kase(
+      "a credential hash another host holds is refused, by registerHost and by setHostTokenHash alike (Conflict naming tokenHash), and nothing changes",
+      Effect.gen(function* () {
+        const s = yield* store
+        yield* s.registerHost({ id: "h1", tokenHash: "hash-one" })
+        yield* s.registerHost({ id: "h2", tokenHash: "hash-two" })
+        const before = yield* snapshot
+        const registered = yield* expectFailure(s.registerHost({ id: "h3", tokenHash: "hash-one" }), "Conflict")
+        expect([registered.entity, registered.id]).toStrictEqual(["host", "h3"])
+        expect(registered.reason).toContain("tokenHash")
+        const rotated = yield* expectFailure(s.setHostTokenHash("h2", "hash-one"), "Conflict")
+        expect([rotated.entity, rotated.id]).toStrictEqual(["host", "h2"])
+        expect(rotated.reason).toContain("tokenHash")
+        yield* expectUnchanged(before, "a hash issued twice")
+        expect((yield* s.hostByTokenHash("hash-one"))?.id).toBe("h1")
+        expect((yield* s.hostByTokenHash("hash-two"))?.id).toBe("h2")
+        // A host's own hash again is no change; a hash given up by a rotation or a removal is free.
+        expect((yield* s.setHostTokenHash("h1", "hash-one")).id).toBe("h1")
+        yield* s.setHostTokenHash("h2", "hash-two-rotated")
+        expect((yield* s.registerHost({ id: "h3", tokenHash: "hash-two" })).id).toBe("h3")
+        yield* s.removeHost("h1")
+        expect((yield* s.setHostTokenHash("h3", "hash-one")).id).toBe("h3")
+        expect((yield* s.hostByTokenHash("hash-one"))?.id).toBe("h3")
+        expect(yield* s.hostByTokenHash("hash-two")).toBeNull()
+        // Hosts without a credential are many: no hash is no conflict.
+        yield* s.registerHost({ id: "h4" })
+        yield* s.registerHost({ id: "h5" })
+      }),
+    ),
+    kase(
       "labels with a NUL or a lone surrogate are refused naming labels, and nothing is stored",
       Effect.gen(function* () {
         const s = yield* store
