@@ -3,7 +3,9 @@
  * 32 random bytes (base64url); only their SHA-256 is kept (the store holds the hosts'). A
  * presented token is hashed; the admin's and the scrape token's hashes are compared with
  * `timingSafeEqual`, and a host is found by `Store.hostByTokenHash`, kept in memory until a
- * notice of its credential (`Credentials`). Tokens never reach a log line. This module
+ * notice of its credential (`Credentials`); a token that found no host (revoked, or never
+ * issued) is kept too, for a while, so that repeating it costs no store read. Tokens never
+ * reach a log line. This module
  * implements the API's security middlewares (`BearerAuth`, `AdminOnly`, `ScrapeAuth`), the
  * per-resource check `requireHostOrAdmin`, and the revocation of a credential's open requests.
  */
@@ -11,7 +13,7 @@ import { AdminOnly, BearerAuth, CurrentPrincipal, Forbidden, ScrapeAuth, Service
 import type { Principal } from "@engram/api"
 import { Changes, Store } from "@engram/store"
 import type { Unavailable } from "@engram/store"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Clock, Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
@@ -106,6 +108,8 @@ export interface CredentialsShape {
   readonly actingHosts?: ((held: readonly HeldHost[]) => Effect.Effect<ReadonlySet<string>, ServiceUnavailable>) | undefined
   /** How many host credentials are kept in memory. */
   readonly cached: () => number
+  /** How many tokens that found no host (their hashes) are kept in memory, answered 401 without a read. */
+  readonly unknownCached: () => number
   /** How many credential notices (and possible misses) this replica has heard so far. */
   readonly notices: () => number
 }
@@ -120,12 +124,29 @@ export interface HeldHost {
 export const maxCachedCredentials = 100_000
 
 /**
+ * The most tokens that found no host kept in memory (the oldest go first beyond it): revoked
+ * tokens of decommissioned agents that keep calling, and garbage bearers repeated.
+ */
+export const maxUnknownCredentials = 10_000
+
+/**
+ * How long a token that found no host is refused without a store read (ms, on the Effect
+ * clock): each such token costs at most one read per this time on each replica. Past it the
+ * token is read again. Any credential notice (a host registered, a token rotated, a host
+ * removed) drops every such entry at once, so a token is never refused by memory after its
+ * issuance was heard; the time bounds what a notice never heard could leave.
+ */
+export const unknownCredentialTtlMs = 60_000
+
+/**
  * The credentials of this coordinator. A host is found by its token's hash in the store
  * (`Store.hostByTokenHash`) and kept in memory until a notice of its credential (a rotation, a
  * removal: `credential:<hostId>`, through any replica) or a possible miss drops it, so an agent's
- * requests cost no store read for their credential, and a host registered anywhere
- * authenticates at once (nothing is kept for a token that finds no host). The copy is used only
- * while the backend's notices are live; a lookup that a credential notice overtook is not kept.
+ * requests cost no store read for their credential. A token that finds no host is kept as
+ * unknown (at most `maxUnknownCredentials`, each for `unknownCredentialTtlMs`) until then too, or
+ * until any credential notice: a registration and a rotation send one, so a token issued anywhere
+ * authenticates at once even if its hash was kept as unknown. The copies are used only while the
+ * backend's notices are live; a lookup that a credential notice overtook is not kept.
  */
 export class Credentials extends Context.Service<Credentials, CredentialsShape>()("@engram/coordinator/Credentials") {
   static readonly layer: Layer.Layer<Credentials, never, AdminToken | Store | Changes> = Layer.effect(
@@ -136,6 +157,9 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
       const changes = yield* Changes
       const hosts = new Map<string, string>()
       const hashesOf = new Map<string, Set<string>>()
+      // Hashes of tokens that found no host, to the time (Effect clock, ms) they are read again.
+      // Oldest first (insertion order): the one dropped beyond the cap.
+      const unknown = new Map<string, number>()
       // Bumped by every credential notice: a lookup that began before one is not kept.
       let epoch = 0
       const forget = (hash: string) => {
@@ -150,12 +174,15 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
             if (!t.startsWith(credentialPrefix)) continue
             epoch++
             for (const hash of hashesOf.get(t.slice(credentialPrefix.length)) ?? []) forget(hash)
+            // A credential was issued or revoked: which hash was issued the notice does not say.
+            unknown.clear()
           }
         },
         missed: () => {
           epoch++
           hosts.clear()
           hashesOf.clear()
+          unknown.clear()
         },
       })
       const keep = (hash: string, hostId: string) => {
@@ -165,6 +192,23 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
         }
         hosts.set(hash, hostId)
         addTo(hashesOf, hostId, hash)
+        unknown.delete(hash)
+      }
+      const keepUnknown = (hash: string, nowMs: number) => {
+        unknown.delete(hash)
+        if (unknown.size >= maxUnknownCredentials) {
+          const oldest = unknown.keys().next()
+          if (oldest.done !== true) unknown.delete(oldest.value)
+        }
+        unknown.set(hash, nowMs + unknownCredentialTtlMs)
+      }
+      /** Whether `hash` is kept as finding no host at `nowMs` (an entry past its time goes). */
+      const knownUnknown = (hash: string, nowMs: number) => {
+        const until = unknown.get(hash)
+        if (until === undefined) return false
+        if (until > nowMs) return true
+        unknown.delete(hash)
+        return false
       }
 
       /**
@@ -180,19 +224,27 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
           const live = changes.live()
           const known = live ? hosts.get(hash) : undefined
           if (known !== undefined) return Effect.succeed<Principal | null>({ _tag: "Host", hostId: known })
-          const began = epoch
-          // A host is found by an indexed equality lookup on the SHA-256 of the presented token, which
-          // is not constant-time. That leaks nothing useful: its timing could at most reveal part of a
-          // stored *hash*, and a hash does not authenticate. Only the token does, and getting it back
-          // from its hash means a SHA-256 preimage of 32 random bytes.
-          return store.hostByTokenHash(hash).pipe(
-            Effect.map((host): Principal | null => {
-              if (host === null) return null
-              if (keepable(live, began)) keep(hash, host.id)
-              return { _tag: "Host", hostId: host.id }
-            }),
-            Effect.catchTag("Unavailable", unavailable),
-          )
+          // A host is found by an indexed equality lookup on the SHA-256 of the presented token (and
+          // in the copies by a Map's), which is not constant-time. That leaks nothing useful: its
+          // timing could at most reveal part of a stored *hash*, and a hash does not authenticate.
+          // Only the token does, and getting it back from its hash means a SHA-256 preimage of 32
+          // random bytes.
+          return Effect.flatMap(Clock.currentTimeMillis, (nowMs) => {
+            if (live && knownUnknown(hash, nowMs)) return Effect.succeed<Principal | null>(null)
+            const began = epoch
+            return store.hostByTokenHash(hash).pipe(
+              Effect.map((host): Principal | null => {
+                const keepIt = keepable(live, began)
+                if (host === null) {
+                  if (keepIt) keepUnknown(hash, nowMs)
+                  return null
+                }
+                if (keepIt) keep(hash, host.id)
+                return { _tag: "Host", hostId: host.id }
+              }),
+              Effect.catchTag("Unavailable", unavailable),
+            )
+          })
         })
 
       const readHashes = store.hostTokenHashes
@@ -200,14 +252,15 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
         readHashes === undefined
           ? undefined
           : (held) =>
-              Effect.suspend(() => {
+              Effect.flatMap(Clock.currentTimeMillis, (nowMs) => {
                 const live = changes.live()
                 const acting = new Set<string>()
                 const unread: HeldHost[] = []
                 for (const h of held) {
                   const known = live ? hosts.get(h.tokenHash) : undefined
-                  if (known === undefined) unread.push(h)
-                  else if (known === h.hostId) acting.add(h.tokenHash)
+                  if (known !== undefined) {
+                    if (known === h.hostId) acting.add(h.tokenHash)
+                  } else if (!(live && knownUnknown(h.tokenHash, nowMs))) unread.push(h)
                 }
                 if (unread.length === 0) return Effect.succeed(acting)
                 const began = epoch
@@ -215,9 +268,13 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
                   Effect.map((now) => {
                     const keepIt = keepable(live, began)
                     for (const h of unread) {
-                      if (now.get(h.hostId) !== h.tokenHash) continue
-                      acting.add(h.tokenHash)
-                      if (keepIt) keep(h.tokenHash, h.hostId)
+                      if (now.get(h.hostId) === h.tokenHash) {
+                        acting.add(h.tokenHash)
+                        if (keepIt) keep(h.tokenHash, h.hostId)
+                        // A revoked token: the host it acted for holds another hash, and no other host
+                        // holds this one (a hash is issued once, `Store.registerHost`), so it finds no
+                        // host: a sweep tried again, or the token's next request, reads it no more.
+                      } else if (keepIt) keepUnknown(h.tokenHash, nowMs)
                     }
                     return acting
                   }),
@@ -225,7 +282,7 @@ export class Credentials extends Context.Service<Credentials, CredentialsShape>(
                 )
               })
 
-      return Credentials.of({ principalOf, ...(actingHosts === undefined ? {} : { actingHosts }), cached: () => hosts.size, notices: () => epoch })
+      return Credentials.of({ principalOf, ...(actingHosts === undefined ? {} : { actingHosts }), cached: () => hosts.size, unknownCached: () => unknown.size, notices: () => epoch })
     }),
   )
 }

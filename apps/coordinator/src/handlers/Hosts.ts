@@ -97,13 +97,16 @@ export const HostsHandlers = HandlerGroup.make(
     return HttpApiBuilder.group(EngramApi, "hosts", (h) =>
       h
         .handle("create", ({ payload }) =>
-          Effect.gen(function* () {
+          withNotices(Effect.gen(function* () {
             const token = newToken()
             const host = yield* api(store.registerHost({ id: payload.id, labels: payload.labels, tokenHash: hashToken(token) }))
+            // A credential was issued: every replica drops the tokens it keeps as finding no host
+            // (`Credentials`), so the new one authenticates at once wherever the agent calls.
+            yield* notifier.notify(credentialTopic(host.id))
             yield* Effect.logInfo("host registered", { hostId: host.id })
             // No drain: registration is not readiness, the host takes placements after its first report.
             return { id: host.id, token }
-          }),
+          })),
         )
         .handle("list", ({ query }) => api(store.pageHosts({ limit: query.limit, cursor: query.cursor })).pipe(
             Effect.flatMap((page) => Effect.map(storeNow, (now) => pageJson(page, (h) => hostJson(h, { now, limits: store.limits() })))),
@@ -136,7 +139,8 @@ export const HostsHandlers = HandlerGroup.make(
           withNotices(Effect.gen(function* () {
             const token = newToken()
             yield* api(store.setHostTokenHash(params.id, hashToken(token)))
-            // The old token's open long-polls end with 401 at once, on every replica.
+            // The old token's open long-polls end with 401 at once, on every replica, and each drops
+            // the tokens it keeps as finding no host (the new one authenticates at once).
             yield* notifier.notify(credentialTopic(params.id))
             yield* Effect.logInfo("host token rotated", { hostId: params.id })
             return { id: params.id, token }
