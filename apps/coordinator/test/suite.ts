@@ -654,7 +654,7 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         for (const { sid } of [byTarget, byOperator, aborted]) await admin.del(`/v1/sessions/${sid}`)
       })
 
-      it("a move's source and target read its session wherever it is placed, while theirs is its latest move; any other host is refused 403, and every other step stays its host's", async () => {
+      it("a move's source and target read its session wherever it is placed, while theirs is its latest move; any other host is refused 403, and every other step stays its host's; the target may clear the resend mark, never set it", async () => {
         await moveParties(c.url, admin, { resendMark: true })
       })
 

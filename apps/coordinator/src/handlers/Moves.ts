@@ -125,7 +125,9 @@ export const MovesHandlers = HandlerGroup.make(
         )
         .handle("resend", ({ params, payload }) =>
           Effect.gen(function* () {
-            const m = yield* Effect.interruptible(moveFor(params.id, "source"))
+            // The source marks and clears; the target may only clear, before it resumes a stream
+            // sent again (so its death after that never sends the session back to an older copy).
+            const m = yield* Effect.interruptible(moveFor(params.id, payload.owed ? "source" : "either"))
             // A store without the mark (`Store.markResendOwed` is optional) keeps none: refused by
             // name, a 400 the source's agent takes as a coordinator older than the mark (it asks
             // once, then settles its debt as before); its reclaim sends no session back.

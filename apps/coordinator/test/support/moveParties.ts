@@ -2,7 +2,8 @@
  * Who may read a session placed elsewhere (`GET /v1/sessions/{id}`): its host's agent, and the
  * agents of the source and the target of its latest move (a move's source owing its target a
  * resend tells "still placed on the target" from "no longer" by this read), nobody else; every
- * other step stays its host's. Run over HTTP on a coordinator per store (the API suite), and on a
+ * other step stays its host's. A move's resend mark: its source sets and clears it, its target only
+ * clears it. Run over HTTP on a coordinator per store (the API suite), and on a
  * store without `latestMove` (the coordinator reads the session's history instead) or
  * `markResendOwed` (its resend endpoint answers 400 naming `owed`).
  */
@@ -81,6 +82,14 @@ export const moveParties = async (url: string, admin: Client, options: { readonl
   if (options.resendMark) expect((await src.http.post(`/v1/moves/${first}/resend`, { owed: false })).status).toBe(200)
   // A host not the move's source is refused first, whatever the store.
   expect((await stranger.http.post(`/v1/moves/${first}/resend`, { owed: true })).status).toBe(403)
+  // Its target may clear the mark (before it resumes a stream sent again), never set it; a
+  // stranger neither. Before: only the source (or the admin) cleared it, the target's 403.
+  if (options.resendMark) expect((await src.http.post(`/v1/moves/${first}/resend`, { owed: true })).status).toBe(200)
+  expect((await dst.http.post(`/v1/moves/${first}/resend`, { owed: true })).status).toBe(403)
+  const cleared = await dst.http.post(`/v1/moves/${first}/resend`, { owed: false })
+  if (options.resendMark) expect(cleared.status).toBe(200)
+  else expect([cleared.status, cleared.body.field]).toEqual([400, "owed"])
+  expect((await stranger.http.post(`/v1/moves/${first}/resend`, { owed: false })).status).toBe(403)
 
   // A later move the first source took no part in: its read ends there.
   await moved(sid, dst, next)
