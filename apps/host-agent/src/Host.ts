@@ -229,7 +229,7 @@ export const startHostAgent = (o: HostAgentOptions): Effect.Effect<HostAgent, Ru
     const residents = yield* makeResidents(o.hostId, state, stateFile === undefined ? () => Effect.void : (s) => LocalState.write(stateFile, s))
     if (stateFile !== undefined) yield* LocalState.save(stateFile, state)
     const coordinator = "url" in o.coordinator ? yield* httpCoordinator(o, o.coordinator.url, o.coordinator.hostToken) : o.coordinator
-    const target = yield* makeMoveTarget(o.hostId, runtime, residents)
+    const target = yield* makeMoveTarget(o.hostId, runtime, residents, coordinator)
     const images = ImageStore.directory(imageDir)
     // Nothing fetches yet: a fetch's staging left here by an agent killed mid-fetch is a partial image no one will finish.
     const stale = yield* ImageFetch.sweepStaging(imageDir)

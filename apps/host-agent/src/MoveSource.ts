@@ -1322,8 +1322,8 @@ const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreC
 
 /** `settleResend`'s read of the session: still placed on the move's target. */
 const onTarget = { _tag: "OnTarget" } as const
-/** `settleResend`'s read of the session: where it is placed is not known (unread, or not visible). */
-const unknownPlacement = (why: string) => ({ _tag: "Unknown", why }) as const
+/** `settleResend`'s read of the session: where it is placed is not known (unread, or `notVisible`: the coordinator's 403). */
+const unknownPlacement = (why: string, notVisible: boolean) => ({ _tag: "Unknown", why, notVisible }) as const
 
 /**
  * Settles a `resend` debt: a move committed on the coordinator (an operator's word while its
@@ -1359,10 +1359,15 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
   Effect.gen(function* () {
     const { runtime, residents, link } = deps
     const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
-    /** `noStream`: the target answered, this pass, that its stream never completed. */
-    const stillOwed = (why: string, noStream = false) =>
+    /**
+     * `noStream`: the target answered, this pass, that its stream never completed. `tellAgain`:
+     * the coordinator is told even if it was (the target clears the mark before it resumes a
+     * stream sent again, and answered `noStream` after that).
+     */
+    const stillOwed = (why: string, noStream = false, tellAgain = false) =>
       Effect.gen(function* () {
-        yield* owedResend(deps, owed, noStream)
+        const { resendTold: _told, ...untold } = owed
+        yield* owedResend(deps, tellAgain ? untold : owed, noStream)
         const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; the copy is kept paused and the target asked again on the next pass`
         yield* Effect.logWarning(reason, fields)
         return { _tag: "Owed", reason } as const
@@ -1391,12 +1396,12 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
      * Where the session is placed is not known: the debt stays, unless it began longer ago than
      * `resendGiveUpMs` (the target's own wait and a stale window more): then the copy is destroyed.
      */
-    const unknown = (why: string) =>
+    const unknown = (why: string, notVisible = false) =>
       Effect.gen(function* () {
         const windowMs = deps.staleWindowMs ?? Limits.defaults.heartbeatStaleWindowMs
         const sinceMs = owed.resendSinceMs
         const ageMs = sinceMs === undefined ? 0 : (yield* nowMs) - sinceMs
-        if (ageMs <= resendGiveUpMs(windowMs)) return unknownPlacement(why)
+        if (ageMs <= resendGiveUpMs(windowMs)) return unknownPlacement(why, notVisible)
         yield* destroyCopy
         yield* residents.removePendingCommit(owed.moveId)
         yield* untellResend(deps, owed)
@@ -1420,7 +1425,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       const session = read.success
       if (session === notVisible) {
         yield* Effect.logWarning(`move ${owed.moveId}: the coordinator does not let this host read the session (403: older than letting a move's source read it, or a later move took it): its placement is not known, the paused copy stays`, fields)
-        return yield* unknown("the coordinator does not let this host read the session (403)")
+        return yield* unknown("the coordinator does not let this host read the session (403)", true)
       }
       if (placedOn(session, owed.target!.targetHostId)) return onTarget
       const here = placedOn(session, deps.hostId)
@@ -1459,8 +1464,14 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       return { _tag: "Refused", reason, restoredOnSource: false } as const
     }
     // Streamed only while the session is placed on the target: not the coordinator's way back
-    // to this source, say, which the target may not have read yet.
-    if (placement._tag === "Unknown") return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`, true)
+    // to this source, say, which the target may not have read yet. Or where the coordinator does
+    // not let this host read the session (403) while the target checks the placement itself
+    // before it resumes a stream sent again (`checksPlacement`): a 403 rules out only "placed
+    // here" (a host reads its own sessions), and such a target resumes nothing the coordinator
+    // does not place on it (it drops the stream instead). An older target does not check: a
+    // stream it resumed while the session is on a third host would run beside that guest.
+    const targetChecks = placement._tag === "Unknown" && placement.notVisible && asked.failure.checksPlacement === true
+    if (placement._tag === "Unknown" && !targetChecks) return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`, true)
     if (!copy) {
       // Nothing here to stream: the debt cannot be settled by this host.
       yield* residents.removePendingCommit(owed.moveId)
@@ -1486,5 +1497,9 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     yield* owedResend(deps, owed, true)
     const committed = yield* link.commit(header).pipe(Effect.result)
     if (committed._tag === "Success") return yield* dropCopy
-    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`, true)
+    // Told only on the target's `noStream` (then again: it cleared the mark before finding the
+    // stream incomplete). Unanswered, or not yet, it may have cleared the mark and resumed the
+    // guest (its answer lost): a mark set now would send the session back to this older copy.
+    const noStreamAgain = committed.failure.noStream === true
+    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`, noStreamAgain, noStreamAgain)
   })

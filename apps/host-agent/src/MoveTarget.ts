@@ -18,9 +18,15 @@
  * abort never destroys a VM a commit is resuming or a prepare is starting, a commit never resumes
  * one an abort is destroying, and an abort this agent decided on an incoming VM keeps a guest a
  * commit resumed meanwhile.
+ *
+ * A stream sent again (the move noted `unfinished`) is resumed only once the coordinator says so
+ * (`ResendCheck`): the move's resend mark cleared, then the session read placed here. Else the
+ * incoming VM stays paused and the commit is answered "not yet" (a 503, never a refusal), or,
+ * the session placed elsewhere or ended, the VM is dropped and the commit refused.
  */
 import { Clock, Effect, Ref, Schema, Semaphore } from "effect"
 import type { IncomingEndpoint, VmRuntimeShape, VmSpec } from "@engram/runtime"
+import { type CoordinatorShape, isNotFound, notVisible, placedOn } from "./Coordinator.js"
 import type { ResidentVm, UnfinishedMove } from "./LocalState.js"
 import type { Residents } from "./Residents.js"
 
@@ -40,6 +46,9 @@ export interface MoveHeader {
  * reached or did not answer, and what it did is unknown. `noStream` (a commit's refusal): no
  * guest of the move ran here, its stream never having completed here: the guest's memory is on
  * the source alone, whatever the coordinator holds. Absent from an older target's refusal.
+ * `checksPlacement` (with `noStream`): this target resumes a stream sent again only once the
+ * coordinator reads the session placed on it (`ResendCheck`), so the source may stream again
+ * where it cannot read the placement itself (403). Absent from a target older than the check.
  */
 export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   op: Schema.String,
@@ -47,6 +56,7 @@ export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   message: Schema.String,
   refused: Schema.Boolean,
   noStream: Schema.optionalKey(Schema.Boolean),
+  checksPlacement: Schema.optionalKey(Schema.Boolean),
 }) {}
 
 /** A target's commit: how long the guest had run here when it answered (0: it ran already, a repeated commit). */
@@ -126,11 +136,18 @@ export interface MoveTarget {
   readonly endWait: (sessionId: string, moveId: string) => Effect.Effect<boolean>
 }
 
+/**
+ * The coordinator's calls a target makes before it resumes a stream sent again (a move it noted
+ * `unfinished`): the agent's own client. None (tests of the target alone): resumed unasked, as
+ * before the check.
+ */
+export type ResendCheck = Pick<CoordinatorShape, "resendOwed" | "getSession">
+
 /** How many aborted moves a target remembers, and for how long, to refuse their late prepares. */
 export const ENDED_KEPT = 4096
 export const ENDED_KEPT_MS = 60 * 60_000
 
-export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, residents: Residents): Effect.Effect<MoveTarget> =>
+export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, residents: Residents, coordinator?: ResendCheck): Effect.Effect<MoveTarget> =>
   Effect.gen(function* () {
     const activity = yield* Ref.make(new Map<string, number>())
     const touch = (moveId: string) =>
@@ -170,7 +187,39 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
       Effect.gen(function* () {
         const noted = yield* unfinishedOf(h.sessionId)
         if (noted?.moveId !== h.moveId) yield* residents.noteUnfinished({ sessionId: h.sessionId, moveId: h.moveId, notedAt: yield* Clock.currentTimeMillis })
-        return yield* Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: true, noStream: true }))
+        return yield* Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: true, noStream: true, ...(coordinator === undefined ? {} : { checksPlacement: true }) }))
+      })
+    /** Not resumed now, the incoming VM kept paused: the source asks again (a 503 at the peer server, never a refusal). */
+    const notYet = (h: MoveHeader, message: string) => Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: false }))
+    /**
+     * Before a stream sent again resumes here (`resent`): the coordinator's resend mark is
+     * cleared, so a death of this host from now on leaves the session lost, never sent back to the
+     * source's older copy (the guest would roll back past what it ran here, should the answer of
+     * this commit be lost); then the session is read placed here. Cleared first: a reclaim that
+     * sent the session back to the source before the clear is seen by the read after it. A
+     * coordinator older than the mark (`unknown`) or the move pruned (its 404) holds no mark to
+     * clear; one older than the target's right to clear it (403) is let go as before the check,
+     * warned (the rollback stays possible there). Anything else unanswered → not yet (`notYet`).
+     * Placed elsewhere, or ended → the incoming VM and the note go, the commit is refused.
+     */
+    const mayResumeResent = (h: MoveHeader, c: ResendCheck) =>
+      Effect.gen(function* () {
+        const fields = { hostId, moveId: h.moveId, sessionId: h.sessionId, source: h.sourceHostId }
+        const cleared = yield* c.resendOwed(h.moveId, false).pipe(Effect.result)
+        if (cleared._tag === "Failure") {
+          const e = cleared.failure
+          if (e._tag === "CoordinatorError" && e.status === 403) yield* Effect.logWarning("the coordinator refuses this target the clearing of the move's resend mark (403: older than the target's right to it): the stream sent again is resumed as before, and should this host die the session may go back to the source's older copy", fields)
+          else if (!isNotFound(e, "move", h.moveId)) return yield* notYet(h, `the coordinator's resend mark of the move could not be cleared (${e.message}): the stream sent again is not resumed yet, its VM kept paused`)
+        }
+        const read = yield* c.getSession(h.sessionId).pipe(Effect.result)
+        if (read._tag === "Failure") return yield* notYet(h, `the session's placement cannot be read (${read.failure.message}): the stream sent again is not resumed yet, its VM kept paused`)
+        if (placedOn(read.success, hostId)) return
+        yield* drop(h.moveId, h.sessionId)
+        yield* residents.forgetUnfinished(h.sessionId)
+        const where = read.success === null ? "unknown to the coordinator: ended and pruned" : read.success === notVisible ? "not visible to this host" : `${read.success.state} on ${read.success.hostId ?? "no host"}`
+        const message = `the session is not placed on ${hostId} (${where}): the stream sent again is not resumed, its VM dropped`
+        yield* Effect.logWarning(`move ${h.moveId}: ${message}`, fields)
+        return yield* refuse("commit", h.moveId, message)
       })
     const specOf = (h: MoveHeader): VmSpec => ({ vmId: h.sessionId, memMib: h.memMib, vcpus: h.vcpus })
 
@@ -271,6 +320,8 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
             if (adopt !== undefined) yield* residents.update(h.sessionId, adopted)
             return { resumedForMs: 0 }
           }
+          // A stream sent again (its first never completed here): the coordinator says first.
+          if (coordinator !== undefined && (yield* unfinishedOf(h.sessionId))?.moveId === h.moveId) yield* mayResumeResent(h, coordinator)
           // The runtime destroys the incoming VM when its stream failed; so does the agent's record.
           // No guest of the move ran here: the guest's memory is on the source alone (`noStream`).
           yield* runtime.commitIncoming(h.sessionId).pipe(

@@ -62,14 +62,19 @@ export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: 
 /** The bound of a target's answer, bytes (`BoundedRead.peerAnswerMaxBytes`, 64 KiB; a real one holds a few hundred): past it the answer is not read. */
 export const peerAnswerMaxBytes = BoundedRead.peerAnswerMaxBytes
 
-/** Whether a target's refusal (its 409's body, read whole) says that the move's stream never completed there (`PeerError.noStream`). */
-const saysNoStream = (text: string, over: boolean): boolean => {
-  if (over) return false
+/**
+ * What a target's refusal (its 409's body, read whole) says: that the move's stream never
+ * completed there (`PeerError.noStream`), and that it checks the session's placement before it
+ * resumes a stream sent again (`checksPlacement`, only with `noStream`).
+ */
+const noStreamOf = (text: string, over: boolean): { noStream?: true; checksPlacement?: true } => {
+  if (over) return {}
   try {
     const body: unknown = JSON.parse(text)
-    return typeof body === "object" && body !== null && (body as { readonly noStream?: unknown }).noStream === true
+    if (typeof body !== "object" || body === null || (body as { readonly noStream?: unknown }).noStream !== true) return {}
+    return (body as { readonly checksPlacement?: unknown }).checksPlacement === true ? { noStream: true, checksPlacement: true } : { noStream: true }
   } catch {
-    return false
+    return {}
   }
 }
 
@@ -173,7 +178,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
       if (res.status < 200 || res.status >= 300) {
         // 409 is the target's own refusal (PeerServer); anything else says nothing of its state.
         const said = over ? `an answer over ${peerAnswerMaxBytes} bytes, not read` : text.slice(0, 200)
-        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${said}`, refused: res.status === 409, ...(res.status === 409 && saysNoStream(text, over) ? { noStream: true } : {}) })
+        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${said}`, refused: res.status === 409, ...(res.status === 409 ? noStreamOf(text, over) : {}) })
       }
       return { text, over, ...address }
     }).pipe(

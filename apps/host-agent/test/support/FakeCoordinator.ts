@@ -231,7 +231,8 @@ export const makeFakeCoordinator = Effect.gen(function* () {
           if (olderThanResend) return [Effect.succeed("unknown"), log(s, `resendOwed ${id} ${owed} (unknown)`)]
           const m = s.moves.get(id)
           if (m === undefined) return [Effect.fail(new CoordinatorError({ op: "resendOwed", status: 404, message: `no move ${id}`, notFound: { entity: "move", id } })), s]
-          if (m.sourceHostId !== hostId) return [Effect.fail(new CoordinatorError({ op: "resendOwed", status: 403, message: `move ${id} is not host ${hostId}'s` })), s]
+          // As the coordinator: its source marks and clears, its target only clears.
+          if (m.sourceHostId !== hostId && (owed || m.targetHostId !== hostId)) return [Effect.fail(new CoordinatorError({ op: "resendOwed", status: 403, message: `move ${id} is not host ${hostId}'s` })), s]
           const refused = CoreMove.refuseResendMark({ id, state: m.state, phases: m.phases === null ? null : { ...m.phases } }, owed)
           if (refused) return [Effect.fail(new Conflict({ op: "resendOwed", message: refused.reason })), s]
           return [Effect.succeed("recorded"), log(setMove(s, id, { resendOwed: owed }), `resendOwed ${id} ${owed}`)]

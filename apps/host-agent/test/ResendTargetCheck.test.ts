@@ -1,0 +1,228 @@
+/**
+ * End to end, over real HTTP to a real coordinator (in-process, StoreSim, a short stale window):
+ * a move committed without its source's phases (an operator's word) whose first stream never
+ * completed at the target; the source holds the guest's only whole copy, paused, has marked the
+ * move `resendOwed`, and streams the copy again. The target resumes a stream sent again only once
+ * the coordinator says so (`MoveTarget`'s `ResendCheck`): the move's resend mark cleared (its
+ * host token may clear it, never set it), then the session read placed on it.
+ *
+ * - The rollback: the target resumes the stream sent again, the source never gets its answer,
+ *   then the target dies for good. Before, the mark was still set: the reclaim sent the session
+ *   back to the source, which resumed its older copy, the guest rolled back past what it ran on
+ *   the target. Now the target cleared the mark first: the session is lost, never rolled back.
+ * - The target cannot reach the coordinator: it does not resume (the incoming VM stays paused,
+ *   the source's commit answered "not yet"), and resumes on a later ask once it can.
+ * - The way back happened between the stream sent again and its commit: the target reads the
+ *   session placed on the source, drops the stream, and the source resumes its copy.
+ * - A coordinator that refuses the source its read of the session (403, older than that rule):
+ *   the source streams again on the target's `noStream` all the same, since this target checks.
+ *
+ * The stale window passes on the store's clock when the test moves it (`skewedStore`).
+ */
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { assert, describe } from "@effect/vitest"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Limits } from "@engram/core"
+import { StoreSim } from "@engram/store-sim"
+import { ImageStore, SimRuntime, SimWire } from "@engram/runtime"
+import { Clock, Effect } from "effect"
+import { TestClock } from "effect/testing"
+import { afterEach, beforeEach } from "vitest"
+import { makeAgent } from "../src/Agent.js"
+import { type CoordinatorShape, CoordinatorError, notVisible } from "../src/Coordinator.js"
+import { defaultAgentConfig } from "../src/Host.js"
+import { makeMoveTarget, PeerError } from "../src/MoveTarget.js"
+import type { PeerLink } from "../src/PeerLink.js"
+import { makeResidents } from "../src/Residents.js"
+import { effect } from "./support/PatientClock.js"
+import { adminCall } from "./support/Admin.js"
+import { onStore, realClient, skewedStore } from "./support/RealCoordinator.js"
+
+const adminToken = "resend-check-admin-token-0123456789"
+const windowMs = 3000
+const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
+const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
+let coordinator: RunningCoordinator
+let storeClock: ReturnType<typeof skewedStore>
+const tokens: Record<string, string> = {}
+
+const admin = adminCall(() => coordinator.url, adminToken)
+
+beforeEach(async () => {
+  storeClock = skewedStore(StoreSim.layer({ limits }))
+  coordinator = await startCoordinator({
+    store: storeClock.layer,
+    reaper: false,
+    logLevel: "None",
+    config: { port: 0, adminToken, moveTimeoutMs: 600_000, limits },
+  })
+  for (const id of ["a", "b"]) {
+    tokens[id] = (await admin("POST", "/v1/hosts", { id })).body.token as string
+    assert.strictEqual((await admin("PUT", `/v1/hosts/${id}/report`, measure)).status, 200)
+  }
+})
+afterEach(() => coordinator?.stop())
+
+const store = onStore(() => coordinator)
+
+interface Faults {
+  /** The target's calls to the coordinator fail unanswered (it is cut off from it). */
+  targetCutOff: boolean
+  /** The source's read of the session answers 403 (a coordinator older than letting a move's source read it). */
+  sourceReadRefused: boolean
+  /** Run before the target gets the commit of a stream sent again (the pass's second commit). */
+  beforeResentCommit: Effect.Effect<void>
+  /** The answer of the commit of a stream sent again is lost on its way back to the source. */
+  loseResentAnswer: boolean
+}
+
+/**
+ * s1 ran on a; its move m to b committed without phases (the operator's word) and b noted it
+ * `unfinished` (its first stream never completed there): a holds the guest's only whole copy,
+ * paused, owes the resend, and has marked it at the coordinator.
+ */
+const resendOwed = Effect.gen(function* () {
+  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false }
+  const wire = SimWire.inMemory()
+  const aReal = yield* realClient(coordinator.url, "a", tokens["a"]!)
+  const aClient: CoordinatorShape = { ...aReal, getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)) }
+  const bReal = yield* realClient(coordinator.url, "b", tokens["b"]!)
+  const cut = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
+  const bClient = {
+    resendOwed: (id: string, owed: boolean) => (faults.targetCutOff ? cut("resendOwed") : bReal.resendOwed(id, owed)),
+    getSession: (id: string) => (faults.targetCutOff ? cut("getSession") : bReal.getSession(id)),
+  }
+  const bRuntime = yield* SimRuntime.make({ startMs: 50 }, wire)
+  const bResidents = yield* makeResidents("b", null, () => Effect.void)
+  const bTarget = yield* makeMoveTarget("b", bRuntime, bResidents, bClient)
+  let commits = 0
+  const link: PeerLink = {
+    prepare: (h) => bTarget.prepare(h),
+    commit: (h) =>
+      Effect.gen(function* () {
+        commits++
+        const resent = commits % 2 === 0
+        if (resent) yield* faults.beforeResentCommit
+        const answer = yield* bTarget.commit(h)
+        if (resent && faults.loseResentAnswer) return yield* new PeerError({ op: "commit", moveId: h.moveId, message: "the answer was lost", refused: false })
+        return answer
+      }),
+    abort: (h) => Effect.asVoid(bTarget.abort(h.moveId)),
+  }
+  const runtime = yield* SimRuntime.make({ startMs: 50 }, wire)
+  const residents = yield* makeResidents("a", null, () => Effect.void)
+  const agent = yield* makeAgent(defaultAgentConfig("a"), {
+    coordinator: aClient,
+    runtime,
+    measure: () => Effect.succeed(measure),
+    residents,
+    images: ImageStore.directory(mkdtempSync(join(tmpdir(), "engram-images-a-"))),
+    link,
+    target: yield* makeMoveTarget("a", runtime, residents),
+  })
+  /** One reconcile pass of a on the coordinator's view now, its actions run to their end. */
+  const pass = Effect.gen(function* () {
+    commits = 0
+    yield* agent.reconcile(yield* aClient.assignments({ waitMs: 0, since: undefined }))
+    for (let i = 0; i < 2000 && (yield* agent.busy); i++) {
+      yield* Effect.promise(() => new Promise<void>((resolve) => (i < 100 ? setImmediate(resolve) : setTimeout(resolve, 10))))
+      yield* TestClock.adjust("1 second")
+    }
+    assert.isFalse(yield* agent.busy, "a's actions finished")
+  })
+  const vms = (rt: typeof runtime) => Effect.map(rt.list, (l) => l.map((v) => [v.vmId, v.status]))
+  const cpuMs = (rt: typeof runtime) => Effect.map(rt.usage, (u) => u.find((v) => v.vmId === "s1")?.cpuMs ?? null)
+
+  assert.deepInclude((yield* Effect.promise(() => admin("POST", "/v1/sessions", { id: "s1", memMib: 512, vcpus: 1, affinity: ["a"] }))).body, { hostId: "a" })
+  yield* pass
+  yield* pass
+  yield* TestClock.adjust("20 seconds")
+  const ranMs = (yield* cpuMs(runtime))!
+  assert.isTrue(ranMs > 0, "the guest ran on a")
+  const move = yield* store((s) => s.beginMove({ sessionId: "s1", targetHostId: "b", maxDowntimeMs: 5000 }))
+  yield* aClient.round(move.id, { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, captureMs: 0 })
+  yield* store((s) => s.commitMove(move.id, null))
+  yield* runtime.park("s1")
+  yield* residents.update("s1", (v) => ({ ...v, status: "paused" }))
+  assert.strictEqual(yield* aClient.resendOwed(move.id, true), "recorded")
+  yield* residents.addPendingCommit({ moveId: move.id, sessionId: "s1", phases: null, target: { targetHostId: "b", memMib: 512, vcpus: 1 }, intentRecorded: true, resend: true, resendTold: true })
+  yield* bResidents.noteUnfinished({ sessionId: "s1", moveId: move.id, notedAt: yield* Clock.currentTimeMillis })
+  /** b is gone for good: past the stale window on the store's clock only a reports; then the reaper's pass. */
+  const targetDies = Effect.gen(function* () {
+    storeClock.advance(windowMs + 500)
+    yield* aClient.report(measure, [])
+    return yield* store((s) => s.reclaim())
+  })
+  return { faults, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, moveId: move.id }
+})
+
+describe("a stream sent again resumes on the target only once the coordinator says so", () => {
+  effect("the target resumes, its answer is lost, then it dies: the mark was cleared first, so the session is lost, never rolled back to the source's older copy", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.loseResentAnswer = true
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target resumed the stream sent again")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source, without the answer, keeps its copy paused")
+      const result = yield* t.targetDies
+      // Before: returned [{ sessionId: "s1", hostId: "a" }] (the mark still set), and a's next pass resumed its older copy.
+      assert.deepStrictEqual(result.lostSessions, ["s1"], "the session is lost with its target")
+      assert.isUndefined(result.returned, "never sent back to the source's older copy")
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's older copy is not resumed: it goes")
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+  effect("a target cut off from the coordinator does not resume the stream sent again: its VM stays paused, the source's copy too; once it reaches the coordinator, it resumes", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.targetCutOff = true
+      yield* t.pass
+      // Before: the target resumed at once, unasked, and the source dropped its copy.
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [], "nothing resumed on the target")
+      assert.deepStrictEqual((yield* t.b.residents.all).map((v) => [v.vmId, v.status, v.moveId]), [["s1", "paused", t.moveId]], "the move's incoming VM kept, paused")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
+      assert.deepStrictEqual((yield* t.a.residents.pendingCommits).map((p) => p.resend), [true], "still owed")
+      t.faults.targetCutOff = false
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "resumed once the coordinator answered")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+      // The mark cleared: b's death now leaves the session lost.
+      const result = yield* t.targetDies
+      assert.deepStrictEqual(result.lostSessions, ["s1"])
+    }),
+  )
+  effect("the way back placed the session on the source before the commit of the stream sent again: the target drops that stream and the source resumes its copy", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.beforeResentCommit = Effect.gen(function* () {
+        const result = yield* Effect.orDie(t.targetDies)
+        assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
+      })
+      yield* t.pass
+      // Before: the target resumed the stream (the guest ran on b, off its placement) and the source destroyed its copy.
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [], "the target dropped the stream sent again")
+      assert.deepStrictEqual(yield* t.b.residents.unfinished, [], "and its note of the move")
+      t.faults.beforeResentCommit = Effect.void
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed, where the session is placed")
+      const now = yield* t.cpuMs(t.a.runtime)
+      assert.isTrue(now !== null && now >= t.ranMs, `the guest's run carried on (${now} ms after ${t.ranMs} ms), not booted afresh`)
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+  effect("a coordinator that refuses the source its read of the session (403): the source streams again on the target's noStream all the same, the target checking the placement itself", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.sourceReadRefused = true
+      yield* t.pass
+      // Before: never streamed on a 403 (the known limit), the copy kept until the give-up.
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "streamed again and resumed on the target")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+})
