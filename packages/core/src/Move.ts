@@ -88,6 +88,13 @@ export interface Record {
   readonly abortEstimateMs: number | null
   /** The source guard's figures of a committed move; null otherwise (or when its source did not report them). */
   readonly guard: Guard | null
+  /**
+   * The source's mark that it owes the target a resend (`refuseResendMark`): it holds the guest's
+   * only whole copy, paused, and the target never got a complete stream. Only a move committed
+   * without phases carries it; it opens the way back to the source should the target die
+   * (`Reclaim.wayBackOf`). False when never marked or cleared, and in a store that keeps no mark.
+   */
+  readonly resendOwed: boolean
   readonly createdAt: number
   readonly endedAt: number | null
 }

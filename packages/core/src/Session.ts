@@ -720,6 +720,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         abortReason: null,
         abortEstimateMs: null,
         guard: null,
+        resendOwed: false,
         createdAt: now,
         endedAt: null,
       }

@@ -15,6 +15,7 @@ const open: Move.Record = {
   abortReason: null,
   abortEstimateMs: null,
   guard: null,
+  resendOwed: false,
   createdAt: 0,
   endedAt: null,
 }

@@ -53,6 +53,7 @@ const move = (id: string, sessionId: string, reservationId: string): Move.Record
   abortReason: null,
   abortEstimateMs: null,
   guard: null,
+  resendOwed: false,
   createdAt: 0,
   endedAt: null,
 })

@@ -124,6 +124,7 @@ describe("Session.step", () => {
     abortReason: null,
     abortEstimateMs: null,
     guard: null,
+    resendOwed: false,
     createdAt: 0,
     endedAt: null,
   }

@@ -283,7 +283,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const refused = Move.refuseResendMark(m, owed)
             if (refused) return yield* finished(refused)
             if (row.resendOwed !== owed) yield* tx.use((exec) => exec.update(moves).set({ resendOwed: owed }).where(eq(moves.id, moveId)))
-            return m
+            return { ...m, resendOwed: owed }
           }),
         )
         .pipe(dieOnUnique),

@@ -64,6 +64,7 @@ export const toMove = (r: MoveRow): Move.Record => ({
   abortReason: r.abortReason,
   abortEstimateMs: r.abortEstimateMs,
   guard: r.guard as Move.Guard | null,
+  resendOwed: r.resendOwed,
   createdAt: r.createdAt,
   endedAt: r.endedAt,
 })

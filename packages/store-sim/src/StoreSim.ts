@@ -483,7 +483,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
 
   // ---- moves -------------------------------------------------------------------------------
 
-  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds] })
+  /** The record of a move, with its source's resend mark (kept apart, as store-pg keeps it beside the record's columns). */
+  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds], resendOwed: resendOwed.has(m.id) })
   const findMove = (id: string) => {
     const m = moves.get(id)
     return m === undefined ? Effect.fail(new NotFound({ entity: "move", id })) : Effect.succeed(m)
@@ -878,7 +879,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const before = sessionOf(s)
         const open = openMoveOf(id)
         // The records change in place: the move as the end closed it is read after the step.
-        const ended = sessionOf(yield* stepSession(s, { _tag: "end", openMove: open, reason: options.reason ?? null, onlyIfDue: options.onlyIfDue }, yield* now))
+        const ended = sessionOf(yield* stepSession(s, { _tag: "end", openMove: open === null ? null : moveOf(open), reason: options.reason ?? null, onlyIfDue: options.onlyIfDue }, yield* now))
         return { session: ended, before, closedMove: open === null ? null : moveOf(open) } satisfies EndResult
       }),
     setTtl: (id, ttlMs) =>
@@ -1094,7 +1095,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     beginMove: (input) =>
       Effect.gen(function* () {
         const s = yield* findSession(input.sessionId)
-        const openMove = openMoveOf(s.id)
+        const open = openMoveOf(s.id)
+        const openMove = open === null ? null : moveOf(open)
         const refused = Session.refuseBeginMove(s, openMove)
         if (refused) return yield* (fromRefusal(s.id, refused) as IllegalTransition | Conflict)
         const bad = Validate.maxDowntimeMs(input.maxDowntimeMs)
@@ -1126,7 +1128,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
         const bad = Validate.round(round)
         if (bad) return yield* bad
-        const recorded = Move.recordRound(m, round, yield* now)
+        const recorded = Move.recordRound(moveOf(m), round, yield* now)
         if (recorded._tag === "Conflict") return yield* new Conflict({ entity: "move", id: m.id, reason: recorded.reason })
         applyNow(recorded)
         return moveOf(m)
@@ -1138,7 +1140,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
         const t = yield* now
-        const done = yield* stepMove(m, { _tag: "commitMove", move: m, phases, guard: guard ?? null }, t)
+        const done = yield* stepMove(m, { _tag: "commitMove", move: moveOf(m), phases, guard: guard ?? null }, t)
         if (done.phases !== null) {
           const key = `${done.sourceHostId} ${done.targetHostId}`
           const kept = Downtime.recordTimedCommit(pairs.get(key) ?? { commitsMs: [], recordedAtMs: [] }, done.phases.commitMs, t)
@@ -1189,7 +1191,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const m = yield* findMove(moveId)
         const abort: Session.Step = {
           _tag: "abortMove",
-          move: m,
+          move: moveOf(m),
           reason,
           estimateMs: options.estimateMs ?? null,
           onlyBeforeFinalRound: options.onlyBeforeFinalRound === true,

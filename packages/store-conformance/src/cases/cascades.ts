@@ -561,20 +561,30 @@ export const cascades: Group = {
         yield* expectUnchanged(before, "a refused resend mark")
         yield* commitAfterFinal(move.id, phases)
         expect(yield* expectFailure((yield* resendMark)(move.id, true), "Conflict")).toMatchObject({ entity: "move", id: move.id })
-        // The move as it was: the mark is not part of its record.
-        expect(yield* s.getMove(move.id)).toMatchObject({ state: "committed", phases })
+        // The move as it was: no mark on its record.
+        expect(yield* s.getMove(move.id)).toMatchObject({ state: "committed", phases, resendOwed: false })
         yield* expectInvariants
       }),
     ),
     kase(
-      "a resend mark on a move committed without phases is kept and repeatable, and leaves its record as it was",
+      "a resend mark on a move committed without phases is kept and repeatable, and every read of the move carries it (resendOwed) until it is cleared; nothing else of the record changes",
       Effect.gen(function* () {
         const s = yield* store
         const { move } = yield* moving
+        expect(move.resendOwed).toBe(false)
         yield* s.recordRound(move.id, finalRound)
         const committed = yield* s.commitMove(move.id, null)
-        expect(yield* (yield* resendMark)(move.id, true)).toStrictEqual(committed)
-        expect(yield* (yield* resendMark)(move.id, true)).toStrictEqual(committed)
+        expect(committed.resendOwed).toBe(false)
+        const marked = { ...committed, resendOwed: true }
+        expect(yield* (yield* resendMark)(move.id, true)).toStrictEqual(marked)
+        expect(yield* (yield* resendMark)(move.id, true)).toStrictEqual(marked)
+        // Every read an operator's view may come by: the move, a batch, the lists and the session's latest.
+        expect(yield* s.getMove(move.id)).toStrictEqual(marked)
+        expect(yield* s.getMoves([move.id])).toStrictEqual([marked])
+        expect((yield* s.listMoves({ state: "committed" })).find((m) => m.id === move.id)).toStrictEqual(marked)
+        expect((yield* s.pageMoves({ hostId: "src" })).items.find((m) => m.id === move.id)).toStrictEqual(marked)
+        if (s.latestMove !== undefined) expect(yield* s.latestMove("s1")).toStrictEqual(marked)
+        expect(yield* (yield* resendMark)(move.id, false)).toStrictEqual(committed)
         expect(yield* s.getMove(move.id)).toStrictEqual(committed)
         yield* expectInvariants
       }),
