@@ -578,20 +578,33 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect([bad.status, bad.body.field]).toEqual([400, "outcome"])
         const committed = await target.post(`/v1/moves/${m.id}/resolve`, { outcome: "commit", reason: "the target runs the guest" })
         expect(committed.status).toBe(200)
-        expect(committed.body).toMatchObject({ state: "committed", phases: null })
+        expect(committed.body).toMatchObject({ state: "committed", phases: null, resendOwed: false })
         expect((await admin.get("/v1/fleet")).body.movesInDoubt).toBe(inDoubtBefore)
         expect((await admin.get(`/v1/sessions/${sid}`)).body).toMatchObject({ state: "running", hostId: dst.id })
         const events = (await admin.get(`/v1/sessions/${sid}/events`)).body.items as { kind: string; phases?: unknown }[]
         expect(events.find((e) => e.kind === "moved")).toMatchObject({ phases: null })
         // The source's resend mark on the move committed without phases: its own token (or the
-        // admin's) only, strict input, and it leaves the move's record as it was.
+        // admin's) only, strict input; the move's record carries it (`resendOwed`), as its read,
+        // the list and its source's answer show it, so an operator sees that the source holds
+        // the guest's only copy and owes the stream.
         const source = client(c.url, src.token)
         expect((await target.post(`/v1/moves/${m.id}/resend`, { owed: true })).status).toBe(403)
         const badMark = await source.post(`/v1/moves/${m.id}/resend`, { owed: "yes" })
         expect([badMark.status, badMark.body.field]).toEqual([400, "owed"])
+        expect((await admin.get(`/v1/moves/${m.id}`)).body.resendOwed).toBe(false)
         const marked = await source.post(`/v1/moves/${m.id}/resend`, { owed: true })
-        expect([marked.status, marked.body]).toEqual([200, committed.body])
-        expect((await source.post(`/v1/moves/${m.id}/resend`, { owed: false })).status).toBe(200)
+        expect([marked.status, marked.body]).toEqual([200, { ...committed.body, resendOwed: true }])
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toEqual({ ...committed.body, resendOwed: true })
+        const listed = (await admin.get(`/v1/moves?hostId=${src.id}&state=committed`)).body.items as { id: string; resendOwed: boolean }[]
+        expect(listed.find((x) => x.id === m.id)?.resendOwed).toBe(true)
+        // The target reads it too (a move's target may read it).
+        expect((await target.get(`/v1/moves/${m.id}`)).body.resendOwed).toBe(true)
+        // An operator's commit or abort of the marked move is refused: it is committed already.
+        expect((await admin.post(`/v1/moves/${m.id}/resolve`, { outcome: "commit", reason: "again" })).status).toBe(409)
+        expect((await admin.post(`/v1/moves/${m.id}/resolve`, { outcome: "abort", reason: "back" })).status).toBe(409)
+        const cleared = await source.post(`/v1/moves/${m.id}/resend`, { owed: false })
+        expect([cleared.status, cleared.body.resendOwed]).toEqual([200, false])
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toEqual(committed.body)
         expect((await source.post(`/v1/moves/missing-move/resend`, { owed: true })).status).toBe(404)
         await answer
         await admin.del(`/v1/sessions/${sid}`)

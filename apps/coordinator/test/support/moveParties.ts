@@ -79,7 +79,10 @@ export const moveParties = async (url: string, admin: Client, options: { readonl
   const mark = await src.http.post(`/v1/moves/${first}/resend`, { owed: true })
   if (options.resendMark) expect(mark.status).toBe(200)
   else expect([mark.status, mark.body.field]).toEqual([400, "owed"])
+  // The record carries the mark as kept: set by a store that keeps it, false on one that keeps none.
+  expect((await admin.get(`/v1/moves/${first}`)).body.resendOwed).toBe(options.resendMark)
   if (options.resendMark) expect((await src.http.post(`/v1/moves/${first}/resend`, { owed: false })).status).toBe(200)
+  expect((await admin.get(`/v1/moves/${first}`)).body.resendOwed).toBe(false)
   // A host not the move's source is refused first, whatever the store.
   expect((await stranger.http.post(`/v1/moves/${first}/resend`, { owed: true })).status).toBe(403)
   // Its target may clear the mark (before it resumes a stream sent again), never set it; a
