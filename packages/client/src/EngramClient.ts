@@ -86,6 +86,16 @@ export interface WaitFor {
 /** `sessions.move`'s budget and target (`POST /v1/sessions/{id}/move`). */
 export type MoveOptions = Input<Payloads.StartMove>
 
+/**
+ * A move as the client answers it: the API's record with `resendOwed` always there (true while the
+ * move's source holds the guest's only whole copy, paused, and owes its target the stream). A
+ * coordinator older than the field leaves it out: it reads as false.
+ */
+export type Move = Records.Move & { readonly resendOwed: boolean }
+
+/** The move with `resendOwed` as a boolean (false when the coordinator left it out). */
+export const withResendOwed = (m: Records.Move): Move => ({ ...m, resendOwed: m.resendOwed === true })
+
 /** `moves.list`'s filter. */
 export interface MovesQuery extends Page.PageQuery {
   readonly hostId?: string | undefined
@@ -171,11 +181,15 @@ export interface EngramClientShape {
     readonly metrics: () => Fx<Records.LedgerMetrics>
   }
   readonly moves: {
-    readonly get: (id: string) => Fx<Records.Move>
-    readonly list: (query?: MovesQuery) => Fx<Page.Page<Records.Move>>
-    readonly listAll: (query?: Omit<MovesQuery, "cursor">) => Fx<readonly Records.Move[]>
-    /** Ends an in-doubt move (SPEC §13): `commit` (the guest runs on the target) or `abort` (on the source). */
-    readonly resolve: (id: string, outcome: "commit" | "abort", reason: string) => Fx<Records.Move>
+    readonly get: (id: string) => Fx<Move>
+    readonly list: (query?: MovesQuery) => Fx<Page.Page<Move>>
+    readonly listAll: (query?: Omit<MovesQuery, "cursor">) => Fx<readonly Move[]>
+    /**
+     * Ends an in-doubt move (SPEC §13): `commit` (the guest runs on the target) or `abort` (on the
+     * source). A move whose source owes a resend (`resendOwed`) is committed already: it refuses
+     * both (`Conflict`).
+     */
+    readonly resolve: (id: string, outcome: "commit" | "abort", reason: string) => Fx<Move>
   }
   /** Whether the coordinator serves and its store answers (no token needed). */
   readonly ready: () => Fx<Records.Ready>
@@ -337,11 +351,11 @@ export const make = (options: Options): Effect.Effect<EngramClientShape, never, 
     }
 
     const moves: EngramClientShape["moves"] = {
-      get: (id) => call((api) => api.moves.get(byId(id))),
-      list: (q = {}) => ask((api) => api.moves.list({ query: defined(q) })),
+      get: (id) => call((api) => api.moves.get(byId(id))).pipe(Effect.map(withResendOwed)),
+      list: (q = {}) => ask((api) => api.moves.list({ query: defined(q) })).pipe(Effect.map((p) => ({ ...p, items: p.items.map(withResendOwed) }))),
       listAll: (q = {}) => Page.collect((cursor) => moves.list({ ...q, cursor })),
       // Repeated after one that committed, a resolve finds the move resolved (a 409): sent once.
-      resolve: (id, outcome, reason) => call((api) => api.moves.resolve({ ...byId(id), payload: { outcome, reason } }), true),
+      resolve: (id, outcome, reason) => call((api) => api.moves.resolve({ ...byId(id), payload: { outcome, reason } }), true).pipe(Effect.map(withResendOwed)),
     }
 
     return { baseUrl, sessions, hosts, fleet, reservations, moves, ready: () => call((api) => api.readyz()) }

@@ -11,7 +11,7 @@
  */
 import { Cause, Effect, Exit } from "effect"
 import { FetchHttpClient } from "effect/http"
-import type { EngramClientShape, MovesQuery, Options, ReservationsQuery, SessionsQuery } from "./EngramClient.js"
+import type { EngramClientShape, Move, MovesQuery, Options, ReservationsQuery, SessionsQuery } from "./EngramClient.js"
 import { make } from "./EngramClient.js"
 import type * as Page from "./Page.js"
 import type { Records } from "@engram/api"
@@ -35,7 +35,7 @@ export interface Engram extends Promised<Omit<EngramClientShape, "sessions" | "h
   readonly reservations: Promised<EngramClientShape["reservations"]> & {
     readonly all: (query?: Omit<ReservationsQuery, "cursor">) => AsyncIterable<Records.Reservation>
   }
-  readonly moves: Promised<EngramClientShape["moves"]> & { readonly all: (query?: Omit<MovesQuery, "cursor">) => AsyncIterable<Records.Move> }
+  readonly moves: Promised<EngramClientShape["moves"]> & { readonly all: (query?: Omit<MovesQuery, "cursor">) => AsyncIterable<Move> }
 }
 
 /** Runs a call; a failure rejects with the error itself (not wrapped), a defect with its cause. */

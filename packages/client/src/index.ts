@@ -12,8 +12,8 @@ export * as Replicas from "./Replicas.js"
 /** The records the calls answer: `@engram/api`'s schemas and types, as the coordinator declares them. */
 export { Records } from "@engram/api"
 
-export { EngramClient, make } from "./EngramClient.js"
-export type { CreateSession, EngramClientShape, Input, MoveOptions, MovesQuery, Options, PlaceAnswer, ReservationsQuery, SessionsQuery, WaitFor } from "./EngramClient.js"
+export { EngramClient, make, withResendOwed } from "./EngramClient.js"
+export type { CreateSession, EngramClientShape, Input, Move, MoveOptions, MovesQuery, Options, PlaceAnswer, ReservationsQuery, SessionsQuery, WaitFor } from "./EngramClient.js"
 export { createClient } from "./Promise.js"
 export type { Engram } from "./Promise.js"
 export {

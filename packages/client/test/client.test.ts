@@ -145,6 +145,27 @@ describe("the Promise client", () => {
     await engram.sessions.end(aborted.id)
   })
 
+  it("a move whose source owes a resend reads resendOwed true (get, list, all) until the source clears it; an operator's resolve of it is a Conflict", async () => {
+    const id = uid("o")
+    await engram.sessions.create({ id, memMib: 512, vcpus: 1, affinity: [small] })
+    await started(c.url, id)
+    const moving = engram.sessions.move(id, { targetHostId: big, maxDowntimeMs: 600 })
+    const move = await pendingMove(c.url, small, id)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/rounds`, { kind: "final", wireBytes: 1000, apparentBytes: 1000, sendMs: 1, captureMs: 1 })).status).toBe(200)
+    expect((await engram.moves.resolve(move.id, "commit", "the target runs the guest")).resendOwed).toBe(false)
+    await moving
+    // The source's word that it holds the only copy and owes the target the stream.
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: true })).status).toBe(200)
+    expect(await engram.moves.get(move.id)).toMatchObject({ id: move.id, state: "committed", phases: null, resendOwed: true })
+    const listed: { id: string; resendOwed: boolean }[] = []
+    for await (const m of engram.moves.all({ hostId: small, state: "committed" })) listed.push(m)
+    expect(listed.find((m) => m.id === move.id)?.resendOwed).toBe(true)
+    expect(await engram.moves.resolve(move.id, "abort", "back to the source").catch((e: unknown) => e)).toBeInstanceOf(Conflict)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: false })).status).toBe(200)
+    expect((await engram.moves.get(move.id)).resendOwed).toBe(false)
+    await engram.sessions.end(id)
+  })
+
   it("hosts: read, cordon and uncordon", async () => {
     expect(await engram.hosts.get(big)).toMatchObject({ id: big, state: "ready", measured: true, allocatableMib: 8192, cpuBudget: 32 })
     expect(await engram.hosts.cordon(big)).toMatchObject({ id: big, state: "cordoned" })
@@ -341,6 +362,23 @@ describe("one road to the API", () => {
       expect((err as InvalidInput).rule.length).toBeGreaterThan(0)
     }
     expect(r.sent).toEqual([])
+  })
+
+  it("a move from a coordinator older than resendOwed (the field absent) reads resendOwed false; a newer one's is read as sent; a resendOwed that is not a boolean is an UnexpectedAnswer", async () => {
+    const older = { id: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", reservationId: "r1", maxDowntimeMs: 600, state: "committed", rounds: [], phases: null, abortReason: null, abortEstimateMs: null, createdAt: 1, endedAt: 2 }
+    const run = <A>(e: Effect.Effect<A, unknown>) => Effect.runPromise(e)
+    const old = recording(200, JSON.stringify(older))
+    expect(await run(old.client.moves.get("m1"))).toEqual({ ...older, resendOwed: false })
+    expect(await run(old.client.moves.resolve("m1", "commit", "the target runs the guest"))).toEqual({ ...older, resendOwed: false })
+    const oldPage = recording(200, JSON.stringify({ items: [older], nextCursor: null }))
+    expect((await run(oldPage.client.moves.list())).items).toEqual([{ ...older, resendOwed: false }])
+    expect(await run(oldPage.client.moves.listAll())).toEqual([{ ...older, resendOwed: false }])
+    for (const owed of [true, false]) {
+      const newer = recording(200, JSON.stringify({ ...older, resendOwed: owed }))
+      expect(await run(newer.client.moves.get("m1"))).toEqual({ ...older, resendOwed: owed })
+    }
+    const bad = recording(200, JSON.stringify({ ...older, resendOwed: "yes" }))
+    expect(await Effect.runPromise(Effect.flip(bad.client.moves.get("m1")))).toBeInstanceOf(UnexpectedAnswer)
   })
 
   it("a status the API does not declare for the call is read as it came; an answer that is not JSON says so", async () => {
