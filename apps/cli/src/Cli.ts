@@ -9,7 +9,7 @@
  */
 import { Errors, make as makeClient } from "@engram/client"
 import { Names } from "@engram/core"
-import type { EngramClientShape, PlaceAnswer, Records } from "@engram/client"
+import type { EngramClientShape, Move, PlaceAnswer, Records } from "@engram/client"
 import { Data, Effect, Option } from "effect"
 import { Argument, CliOutput, Command, Flag } from "effect/cli"
 import { FetchHttpClient } from "effect/http"
@@ -230,8 +230,16 @@ const allowanceSourceText = (source: Records.AllowanceSource, samples: number): 
 /** A signed difference in ms: how far an estimate was off (`+25 ms` pessimistic, `-12 ms` short). */
 const offBy = (ms: number) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))} ms`
 
-/** One move for a person: its hosts and state, its pause by phase, and what its downtime guard decided on. */
-const moveText = (m: Records.Move): string => {
+/**
+ * A move's resend mark for a person: its source holds the guest's only whole copy, paused, and
+ * owes the target the stream (the move was committed without its pause measured, and the target
+ * never got a complete stream). Its agent streams it again; should the target die, the session
+ * goes back to the source.
+ */
+const resendOwedText = "owed: the source holds the only copy of the guest (paused) and owes the target the stream; should the target die, the session goes back to the source"
+
+/** One move for a person: its hosts and state, its pause by phase, what its downtime guard decided on, and whether its source owes a resend. */
+const moveText = (m: Move): string => {
   const g = m.guard ?? null
   const allowanceFrom = (x: Records.MoveGuard) => allowanceSourceText(x.allowanceSource, x.allowanceSamples)
   return Format.fields([
@@ -251,6 +259,7 @@ const moveText = (m: Records.Move): string => {
           ["estimate", `${Format.duration(g.estimateMs)}; off by ${offBy(g.estimateErrorMs)} against the pause`],
         ] as const)),
     ...(m.abortReason === null ? [] : ([["aborted", m.abortReason]] as const)),
+    ...(m.resendOwed ? ([["resend", resendOwedText]] as const) : []),
   ])
 }
 
@@ -710,6 +719,29 @@ const watch = Command.make(
     }),
 ).pipe(Command.withDescription("a live table of the fleet, refreshing until Ctrl-C"))
 
+/**
+ * A refused resolution (409) of a move whose source owes a resend: the move is committed already,
+ * and the line says what that means (nothing for an operator to commit or abort: the source keeps
+ * its copy and streams it again). Any other failure, or a failed read of the move, stays as it was.
+ */
+const owedRefusal = (client: EngramClientShape, target: Target, id: string, e: CallFailed) =>
+  !(e.error instanceof Errors.Conflict)
+    ? Effect.fail(e)
+    : client.moves.get(id).pipe(
+        Effect.matchEffect({
+          onFailure: () => Effect.fail(e),
+          onSuccess: (m) =>
+            Effect.fail(
+              m.resendOwed
+                ? new CallFailed({
+                    error: e.error,
+                    message: `${e.message}. Move ${id} is committed and its source owes a resend: it holds the only copy of the guest (paused) and owes ${m.targetHostId} the stream; it streams it again, and should ${m.targetHostId} die the session goes back to ${m.sourceHostId}. Nothing to commit or abort (engram moves show ${id})`,
+                  })
+                : e,
+            ),
+        }),
+      )
+
 const resolveMove = (outcome: "commit" | "abort", description: string) =>
   Command.make(
     outcome,
@@ -720,7 +752,7 @@ const resolveMove = (outcome: "commit" | "abort", description: string) =>
     (a) =>
       Effect.gen(function* () {
         const { client, json, target } = yield* context
-        const m = yield* call(target, client.moves.resolve(a.id, outcome, a.reason))
+        const m = yield* call(target, client.moves.resolve(a.id, outcome, a.reason)).pipe(Effect.catch((e) => owedRefusal(client, target, a.id, e)))
         yield* json ? printJson(m) : print(`${m.id} ${m.state}: ${m.sessionId} runs on ${m.state === "committed" ? m.targetHostId : m.sourceHostId}`)
       }),
   ).pipe(Command.withDescription(description))
@@ -734,19 +766,38 @@ const moves = Command.make("moves").pipe(
         const state = Option.getOrUndefined(a.state) as Records.Move["state"] | undefined
         const all = yield* call(target, client.moves.listAll({ state, hostId: Option.getOrUndefined(a.host) }))
         if (json) return yield* printJson(all)
-        const rows = all.map((m) => [m.id, m.sessionId, m.sourceHostId, m.targetHostId, m.state, m.state === "pending" && m.rounds.some((r) => r.kind === "final" || r.kind === "intent") ? "in doubt" : "-"])
-        yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "FINAL ROUND"], rows))
+        const rows = all.map((m) => [
+          m.id,
+          m.sessionId,
+          m.sourceHostId,
+          m.targetHostId,
+          m.state,
+          m.state === "pending" && m.rounds.some((r) => r.kind === "final" || r.kind === "intent") ? "in doubt" : "-",
+          m.resendOwed ? "owed: source holds the only copy" : "-",
+        ])
+        yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "FINAL ROUND", "RESEND"], rows))
       }),
-    ).pipe(Command.withDescription("moves, oldest first; an in-doubt one (final round recorded, still pending) is marked")),
+    ).pipe(
+      Command.withDescription(
+        "moves, oldest first; an in-doubt one (final round recorded, still pending) is marked, and so is one whose source owes a resend (RESEND: it holds the only copy of the guest and owes the target the stream)",
+      ),
+    ),
     Command.make("show", { id: id("the move") }, (a) =>
       Effect.gen(function* () {
         const { client, json, target } = yield* context
         const m = yield* call(target, client.moves.get(a.id))
         yield* json ? printJson(m) : print(moveText(m))
       }),
-    ).pipe(Command.withDescription("one move: its pause by phase, and the commit allowance and estimate its guard used, with their errors")),
-    resolveMove("commit", "an in-doubt move: the guest runs on the target (say so only when its target runs it)"),
-    resolveMove("abort", "an in-doubt move: the guest runs on the source; the target's copy is destroyed"),
+    ).pipe(
+      Command.withDescription(
+        "one move: its pause by phase, the commit allowance and estimate its guard used, with their errors, and whether its source owes a resend (it holds the only copy of the guest and owes the target the stream)",
+      ),
+    ),
+    resolveMove(
+      "commit",
+      "an in-doubt move: the guest runs on the target (say so only when its target runs it). If the target holds no complete stream, the source keeps its copy paused and marks the move: resend owed (moves show, moves ls), streaming it again; should the target die, the session goes back to the source",
+    ),
+    resolveMove("abort", "an in-doubt move: the guest runs on the source; the target's copy is destroyed. A committed move (one whose source owes a resend too) is refused"),
   ]),
 )
 

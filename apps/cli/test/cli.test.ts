@@ -204,6 +204,41 @@ describe("engram sessions and why", () => {
     await engram(["sessions", "end", s], { env })
   })
 
+  it("a move whose source owes a resend: moves show and ls say that the source holds the only copy and owes the stream, and a commit or abort of it says why it is refused", async () => {
+    const s = uid("o")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
+    await started(c.url, s)
+    const moving = engram(["sessions", "move", s, "--max-downtime", "600ms", "--to", big], { env })
+    const move = await pendingMove(c.url, small, s)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/rounds`, { kind: "final", wireBytes: 1000, apparentBytes: 1000, sendMs: 1, captureMs: 1 })).status).toBe(200)
+    const committed = await engram(["moves", "commit", move.id, "--reason", "the source is unreachable"], { env })
+    expect([committed.code, committed.stdout]).toEqual([0, `${move.id} committed: ${s} runs on ${big}\n`])
+    expect((await moving).code).toBe(0)
+    const row = () => engram(["moves", "ls", "--host", small, "--state", "committed"], { env }).then((r) => lines(r.stdout).find((l) => l.startsWith(move.id)))
+    expect(lines((await engram(["moves", "ls"], { env })).stdout)[0]).toMatch(/^MOVE\s+SESSION\s+FROM\s+TO\s+STATE\s+FINAL ROUND\s+RESEND$/)
+    expect(await row()).toMatch(/\scommitted\s+-\s+-$/)
+    expect((await engram(["moves", "show", move.id], { env })).stdout).not.toMatch(/^resend/m)
+    // The source's agent: the target never got a complete stream, its copy is the only one.
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: true })).status).toBe(200)
+    const shown = await engram(["moves", "show", move.id], { env })
+    expect(shown.code, shown.stderr).toBe(0)
+    expect(shown.stdout).toMatch(/^resend\s+owed: the source holds the only copy of the guest \(paused\) and owes the target the stream; should the target die, the session goes back to the source$/m)
+    expect(await row()).toMatch(/\scommitted\s+-\s+owed: source holds the only copy$/)
+    expect(JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)).toMatchObject({ id: move.id, state: "committed", resendOwed: true })
+    for (const outcome of ["commit", "abort"]) {
+      const refused = await engram(["moves", outcome, move.id, "--reason", "stuck"], { env })
+      expect(refused.code, outcome).not.toBe(0)
+      expect(refused.stderr, outcome).toContain(`Move ${move.id} is committed and its source owes a resend: it holds the only copy of the guest (paused) and owes ${big} the stream`)
+      expect(refused.stderr, outcome).toContain("Nothing to commit or abort")
+    }
+    // Settled: the mark is gone from both views, and a refused resolution says only what it said before.
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: false })).status).toBe(200)
+    expect((await engram(["moves", "show", move.id], { env })).stdout).not.toMatch(/^resend/m)
+    expect(await row()).toMatch(/\scommitted\s+-\s+-$/)
+    expect((await engram(["moves", "abort", move.id, "--reason", "stuck"], { env })).stderr).not.toContain("owes a resend")
+    await engram(["sessions", "end", s], { env })
+  })
+
   it("reservations ls lists the ledger; add holds room for an outside job and rm gives it back", async () => {
     const id = uid("r")
     const added = await engram(["reservations", "add", "--host", big, "--mem", "2GiB", "--vcpus", "2", "--owner", "job-7", "--id", id], { env })
