@@ -132,6 +132,30 @@ describe("the dashboard", { timeout: 300_000 }, () => {
     await api.del(`/v1/sessions/${s}`)
   })
 
+  it("shows a move committed on a resolution as such, and says so once its source owes a resend (it holds the only copy and owes the target the stream)", async () => {
+    const api = client(c.url, adminToken)
+    const s = uid("o")
+    expect((await api.post("/v1/sessions", { id: s, memMib: 512, vcpus: 1, affinity: [small] })).status).toBe(201)
+    expect((await api.post(`/v1/sessions/${s}/started`)).status).toBe(200)
+    const moving = api.post(`/v1/sessions/${s}/move`, { targetHostId: big, maxDowntimeMs: 650 })
+    const move = await pendingMove(small, s)
+    expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
+    expect((await api.post(`/v1/moves/${move}/resolve`, { outcome: "commit", reason: "the source is unreachable" })).status).toBe(200)
+    expect((await moving).status).toBe(200)
+    const row = page.locator("#moves tr", { hasText: "650 ms" })
+    // Before: "in progress: 1 round, last final" for a committed move.
+    await row.filter({ hasText: "committed on a resolution: pause not measured" }).waitFor()
+    expect((await api.post(`/v1/moves/${move}/resend`, { owed: true })).status).toBe(200)
+    // The page redraws on the fleet's next change (the mark alone changes no host, queue or
+    // pending move): a host's report, as its agent sends every few seconds.
+    expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, peerUrl: `http://${small}.test:7100` })).status).toBe(200)
+    const owed = row.filter({ hasText: "committed, resend owed: the source holds the only copy and owes the target the stream" })
+    await owed.waitFor()
+    expect((await owed.locator("td").allTextContents()).slice(0, 4)).toEqual([s, `${small} → ${big}`, "650 ms", "committed"])
+    expect((await api.post(`/v1/moves/${move}/resend`, { owed: false })).status).toBe(200)
+    await api.del(`/v1/sessions/${s}`)
+  })
+
   it("keeps the token for the tab across a reload, and forgets it on sign-out", async () => {
     await page.reload()
     await page.locator(`[data-host="${small}"]`).waitFor()

@@ -68,8 +68,13 @@ export const since = (s) => (s.state === "parked" ? s.parkedAt : s.state === "qu
 /** How far an estimate was off, signed: `+25 ms` (pessimistic), `-12 ms` (short). @param {number} ms */
 export const signed = (ms) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))} ms`
 
-/** A move's outcome in one line: its phases, its verdict, or how far it got. @param {any} m */
+/**
+ * A move's outcome in one line: its phases, its verdict, or how far it got. A move whose source
+ * owes a resend (`resendOwed`: it holds the guest's only copy and owes the target the stream)
+ * says so; an older coordinator's move has no `resendOwed`, read as not owed. @param {any} m
+ */
 export const verdict = (m) => {
+  if (m.state === "committed" && m.resendOwed === true) return "committed, resend owed: the source holds the only copy and owes the target the stream"
   if (m.state === "committed" && m.phases) {
     const p = m.phases
     return `committed: paused ${duration(p.downtimeMs)} (capture ${duration(p.captureMs)} · send ${duration(p.sendMs)} · commit ${duration(p.commitMs)})`
@@ -78,6 +83,7 @@ export const verdict = (m) => {
     if (typeof m.abortEstimateMs === "number") return `refused: estimate ${duration(m.abortEstimateMs)} > budget ${duration(m.maxDowntimeMs)}`
     return `aborted: ${m.abortReason ?? "no reason given"}`
   }
+  if (m.state === "committed") return "committed on a resolution: pause not measured"
   const rounds = m.rounds ?? []
   const last = rounds.at(-1)
   return rounds.length === 0 ? "starting" : `in progress: ${rounds.length} round${rounds.length === 1 ? "" : "s"}, last ${last.kind}`
