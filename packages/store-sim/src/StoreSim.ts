@@ -1158,7 +1158,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = yield* now
         const refused = Move.refuseOperatorCommit(m, hosts.get(m.sourceHostId) ?? null, t, limits)
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
-        return yield* stepMove(m, { _tag: "commitMove", move: m, phases: null, guard: null }, t)
+        return yield* stepMove(m, { _tag: "commitMove", move: moveOf(m), phases: null, guard: null }, t)
       }),
 
     listPairCommits: (filter = {}) =>
