@@ -116,6 +116,15 @@ export const PendingCommit = Schema.Struct({
    * set on the next pass.
    */
   resendSinceMs: Schema.optionalKey(Schema.Number),
+  /**
+   * When (ms, the agent's clock) the target first refused the commit of the move, committed on
+   * the coordinator, without `noStream` (an older agent, or one without its state file) while
+   * the session's placement could not be read (not visible to this host, or unreadable): the
+   * copy stays paused and owed until a read places the session, or past `resendGiveUpMs` from
+   * this time. Set: the move is known committed (it is not asked to abort again). Absent in every
+   * other debt, and in files of older agents: set on the first pass that needs it.
+   */
+  refusedSinceMs: Schema.optionalKey(Schema.Number),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

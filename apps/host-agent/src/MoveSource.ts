@@ -880,8 +880,12 @@ const settleGone = (deps: SettleDeps, owed: PendingCommit, step: string) =>
  *   was incomplete): the move is aborted with the coordinator, and only once the coordinator has
  *   ended it the source copy resumes (`Refused`; an abort not acknowledged: `Owed`, still paused).
  *   An abort refused (409) means the move ended either way: it is read, and the source copy
- *   resumes only if it reads aborted with the session on this host; committed (the target's
- *   report landed while the link was down) drops the paused copy (`CommittedElsewhere`);
+ *   resumes only if it reads aborted with the session on this host; committed: a refusal saying
+ *   that the target's stream never completed (`noStream`) keeps the copy, owed with `resend`; a
+ *   plain one (the target's report landed while the link was down and its reconcile cleared the
+ *   move, or an agent older than the word, or one without its state file) is settled by the
+ *   session's placement (`settlePlainRefusal`): placed on the target, the paused copy is dropped
+ *   (`CommittedElsewhere`); never on an unknown placement (kept, up to the give-up);
  * - no answer (the link failed, the target is down): the owed record stays, the source stays
  *   paused (`Owed`), asked again on a later pass. Never two running copies.
  */
@@ -909,6 +913,19 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       return { _tag: "Confirmed", owed: confirmed, runningAtMs } as const
     }
     const e = committed.failure
+    if (owed.refusedSinceMs !== undefined && e.noStream !== true) {
+      // An earlier pass read the move committed (final: it is not asked to abort again) and the
+      // target refusing plainly while the session's placement was not known: the placement
+      // decides again, whatever the target answers now (no answer: still owed while the session
+      // is placed on it), and the give-up counts on when it cannot be read.
+      if (e.refused) return yield* settlePlainRefusal(deps, owed, e.message)
+      const placement = yield* settleByPlacement(deps, owed, { ms: owed.refusedSinceMs, what: refusedSince })
+      if (placement._tag === "Refused") return placement
+      yield* residents.addPendingCommit(owed)
+      const reason = `move ${owed.moveId} is committed and its target refused the commit earlier without saying that its stream never completed; the target does not answer now (${e.message}) and ${placement._tag === "OnTarget" ? "the session is still placed on it" : placement.why}: the source copy stays paused, asked again on the next pass`
+      yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
+      return { _tag: "Owed", reason } as const
+    }
     if (!e.refused) {
       yield* residents.addPendingCommit(owed)
       const reason = `the target's commit is not confirmed (${e.message}); the source copy stays paused, asked again on the next pass`
@@ -945,20 +962,11 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
         // memory, kept paused and streamed again on a later pass (`settleResend`).
         const why = `move ${m.id} is committed on the coordinator (the session placed on ${m.targetHostId}), but its target refused the commit: no guest of the move ran there, its stream never completed. The source copy is the guest's only memory: kept paused and streamed again on a later pass`
         yield* Effect.logError(why, { hostId: deps.hostId, moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId })
-        yield* owedResend(deps, { ...owed, resend: true }, true)
+        const { refusedSinceMs: _plain, ...resend } = owed
+        yield* owedResend(deps, { ...resend, resend: true }, true)
         return { _tag: "Owed", reason: why } as const
       }
-      if (m.state === "committed") {
-        const vm = yield* residents.get(owed.sessionId)
-        if (vm !== undefined && vm.moveId === null) {
-          yield* runtime.destroy(owed.sessionId)
-          yield* residents.remove(owed.sessionId)
-        }
-        yield* residents.removePendingCommit(owed.moveId)
-        const why = `the target refused a late commit of move ${m.id}, which the coordinator holds committed (the guest runs on ${m.targetHostId}); the paused source copy was dropped`
-        yield* Effect.logWarning(why, { moveId: owed.moveId, sessionId: owed.sessionId })
-        return { _tag: "CommittedElsewhere", reason: why } as const
-      }
+      if (m.state === "committed") return yield* settlePlainRefusal(deps, owed, e.message)
       if (m.state !== "aborted") return yield* stayPaused(`the move reads ${m.state}`)
       const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
       if (session._tag === "Failure") return yield* stayPaused(`the session's placement cannot be read (${session.failure.message})`)
@@ -974,6 +982,48 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     yield* residents.removePendingCommit(owed.moveId)
     yield* Effect.logWarning(reason, { moveId: owed.moveId, sessionId: owed.sessionId })
     return { _tag: "Refused", reason, restoredOnSource: true } as const
+  })
+
+/** What `refusedSinceMs` counts from, as the give-up's log names it. */
+const refusedSince = "the target first refused the commit without `noStream` while the session's placement was not known"
+
+/**
+ * A move the coordinator holds committed whose target refused the commit without saying that
+ * its stream never completed (`noStream`): an agent older than that word, or one that lost its
+ * state file, which boots the session afresh where the coordinator places it. The refusal alone
+ * does not say where that is: the session's placement decides (`settleByPlacement`, the read a
+ * `resend` debt takes):
+ *
+ * - placed on the target: it boots the session afresh, the copy here is of no use: destroyed,
+ *   the debt paid (`CommittedElsewhere`);
+ * - ended (pruned), or elsewhere: destroyed; placed on this source (the coordinator's way back):
+ *   the guest resumes from its pause (`Refused`);
+ * - not known (unreadable, or the coordinator's 403): the copy stays paused and owed, the time
+ *   written (`refusedSinceMs`, once) so the give-up (`resendGiveUpMs` from it) ends a wait that
+ *   never learns more: the copy never holds RAM outside the ledger for ever.
+ */
+const settlePlainRefusal = (deps: SettleDeps, owed: PendingCommit, refusal: string) =>
+  Effect.gen(function* () {
+    const { runtime, residents } = deps
+    const targetHostId = owed.target?.targetHostId ?? "its target"
+    const placement = yield* settleByPlacement(deps, owed, { ms: owed.refusedSinceMs, what: refusedSince })
+    if (placement._tag === "Refused") return placement
+    if (placement._tag === "Unknown") {
+      const dated: PendingCommit = owed.refusedSinceMs === undefined ? { ...owed, refusedSinceMs: Math.round(yield* nowMs) } : owed
+      yield* residents.addPendingCommit(dated)
+      const reason = `move ${owed.moveId} is committed on the coordinator, its target ${targetHostId} refused the commit without saying that its stream never completed (${refusal}), and ${placement.why}: the source copy is kept paused while where the session is placed is not known, asked again on the next pass`
+      yield* Effect.logWarning(`move outcome owed: ${reason}`, { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId })
+      return { _tag: "Owed", reason } as const
+    }
+    const vm = yield* residents.get(owed.sessionId)
+    if (vm !== undefined && vm.moveId === null) {
+      yield* runtime.destroy(owed.sessionId)
+      yield* residents.remove(owed.sessionId)
+    }
+    yield* residents.removePendingCommit(owed.moveId)
+    const why = `the target refused a late commit of move ${owed.moveId}, which the coordinator holds committed with the session placed on ${targetHostId} (it boots the session afresh there, or runs it already); the paused source copy was dropped (${refusal})`
+    yield* Effect.logWarning(why, { moveId: owed.moveId, sessionId: owed.sessionId })
+    return { _tag: "CommittedElsewhere", reason: why } as const
   })
 
 /**
@@ -1320,10 +1370,77 @@ const untellResend = (deps: SettleDeps, owed: PendingCommit) =>
  */
 const resendBudget = { maxDowntimeMs: 3_600_000, commitAllowanceMs: 400, maxPreCopyRounds: 2 }
 
-/** `settleResend`'s read of the session: still placed on the move's target. */
+/** `settleByPlacement`'s read of the session: still placed on the move's target. */
 const onTarget = { _tag: "OnTarget" } as const
-/** `settleResend`'s read of the session: where it is placed is not known (unread, or `notVisible`: the coordinator's 403). */
+/** `settleByPlacement`'s read of the session: where it is placed is not known (unread, or `notVisible`: the coordinator's 403). */
 const unknownPlacement = (why: string, notVisible: boolean) => ({ _tag: "Unknown", why, notVisible }) as const
+
+/**
+ * Settles a debt of a move committed on the coordinator by where its session is placed, read
+ * whenever the target does not run the guest: the copy here is owed to the target only while
+ * the session is placed there. One read for both debts that ask it (`settleResend`, and
+ * `confirmAtTarget` on a refusal without `noStream`):
+ *
+ * - ended (or unknown to the coordinator: pruned), or placed elsewhere: the debt is over (placed
+ *   here, the coordinator's way back after the target was silent: the guest resumes from its
+ *   pause; else the copy is destroyed). `Refused`;
+ * - still placed on the target: `onTarget`, the caller decides by the target's answer;
+ * - unread, or not visible to this host (the coordinator's 403: one older than letting a move's
+ *   source read its session, or a later move this host took no part in; it says nothing of where
+ *   the session is): `Unknown`, the copy kept, unless the debt's wait began (`since.ms`; absent:
+ *   it begins now, the caller writes it) longer ago than `resendGiveUpMs` (the target's own wait
+ *   and a stale window more): then the copy, of no use by then and holding RAM outside the
+ *   ledger, is destroyed (`Refused`, logged at error).
+ *
+ * A debt with `resend` has the coordinator's resend mark cleared once over (`untellResend`).
+ */
+const settleByPlacement = (deps: SettleDeps, owed: PendingCommit, since: { readonly ms: number | undefined; readonly what: string }) =>
+  Effect.gen(function* () {
+    const { runtime, residents } = deps
+    const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
+    const targetHostId = owed.target?.targetHostId ?? "its target"
+    const local = yield* residents.get(owed.sessionId)
+    /** Whether the paused copy is here (a VM of the session with no move of its own). */
+    const copy = local !== undefined && local.moveId === null
+    const endDebt = Effect.gen(function* () {
+      yield* residents.removePendingCommit(owed.moveId)
+      if (owed.resend === true) yield* untellResend(deps, owed)
+    })
+    const destroyCopy = Effect.gen(function* () {
+      if (!copy) return
+      yield* runtime.destroy(owed.sessionId)
+      yield* residents.remove(owed.sessionId)
+    })
+    const unknown = (why: string, notVisible = false) =>
+      Effect.gen(function* () {
+        const windowMs = deps.staleWindowMs ?? Limits.defaults.heartbeatStaleWindowMs
+        const ageMs = since.ms === undefined ? 0 : (yield* nowMs) - since.ms
+        if (ageMs <= resendGiveUpMs(windowMs)) return unknownPlacement(why, notVisible)
+        yield* destroyCopy
+        yield* endDebt
+        const reason = `move ${owed.moveId}: ${why} for ${Math.round(ageMs)} ms since ${since.what}, past the target's own wait (${resendWaitMs(windowMs)} ms) and a stale window (${windowMs} ms): the target has resumed a stream, booted the session afresh, or the session went elsewhere or ended; ${copy ? "the paused source copy, of no use, was destroyed" : "no copy was left here"}`
+        yield* Effect.logError(reason, { ...fields, target: targetHostId })
+        return { _tag: "Refused", reason, restoredOnSource: false } as const
+      })
+    const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
+    if (read._tag === "Failure") return yield* unknown(`the session's placement cannot be read (${read.failure.message})`)
+    const session = read.success
+    if (session === notVisible) {
+      yield* Effect.logWarning(`move ${owed.moveId}: the coordinator does not let this host read the session (403: older than letting a move's source read it, or a later move took it): its placement is not known, the paused copy stays`, fields)
+      return yield* unknown("the coordinator does not let this host read the session (403)", true)
+    }
+    if (owed.target !== undefined && placedOn(session, owed.target.targetHostId)) return onTarget
+    const here = placedOn(session, deps.hostId)
+    if (copy && here) {
+      yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
+      yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
+    } else yield* destroyCopy
+    yield* endDebt
+    const where = session === null ? "unknown to the coordinator: ended and pruned" : `${session.state} on ${session.hostId ?? "no host"}`
+    const reason = `move ${owed.moveId}: the session is no longer placed on its target ${targetHostId} (${where}): ${copy && here ? "the guest resumed here from its paused copy" : copy ? "the paused source copy was destroyed" : "no copy was left here"}`
+    yield* Effect.logWarning(reason, fields)
+    return { _tag: "Refused", reason, restoredOnSource: copy && here } as const
+  })
 
 /**
  * Settles a `resend` debt: a move committed on the coordinator (an operator's word while its
@@ -1334,7 +1451,7 @@ const unknownPlacement = (why: string, notVisible: boolean) => ({ _tag: "Unknown
  * 1. the target is asked to commit: it runs the guest (a commit of an earlier pass whose answer
  *    was lost, a repeat, or a guest it booted afresh after its wait) → the copy here is
  *    destroyed, the debt paid; anything else → the session's placement is read
- *    (`settledByPlacement`): no longer on the target → the debt is over (ended or elsewhere: the
+ *    (`settleByPlacement`): no longer on the target → the debt is over (ended or elsewhere: the
  *    copy destroyed; placed here, the coordinator's way back after the target was silent: the
  *    guest resumes from its pause); still on the target → a refusal saying that its stream never
  *    completed (`noStream`): step 2; no answer: still owed; a refusal without the word (an agent
@@ -1392,57 +1509,10 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       yield* Effect.logWarning(`move ${owed.moveId}: the target runs the guest (resumed from the source copy streamed again, or booted afresh after waiting for it: see the target's log); the source copy was destroyed`, { ...fields, target: owed.target!.targetHostId })
       return { _tag: "Acknowledged" } as const
     })
-    /**
-     * Where the session is placed is not known: the debt stays, unless it began longer ago than
-     * `resendGiveUpMs` (the target's own wait and a stale window more): then the copy is destroyed.
-     */
-    const unknown = (why: string, notVisible = false) =>
-      Effect.gen(function* () {
-        const windowMs = deps.staleWindowMs ?? Limits.defaults.heartbeatStaleWindowMs
-        const sinceMs = owed.resendSinceMs
-        const ageMs = sinceMs === undefined ? 0 : (yield* nowMs) - sinceMs
-        if (ageMs <= resendGiveUpMs(windowMs)) return unknownPlacement(why, notVisible)
-        yield* destroyCopy
-        yield* residents.removePendingCommit(owed.moveId)
-        yield* untellResend(deps, owed)
-        const reason = `move ${owed.moveId}: ${why} for ${Math.round(ageMs)} ms since the resend debt began, past the target's own wait (${resendWaitMs(windowMs)} ms) and a stale window (${windowMs} ms): the target has resumed a stream, booted the session afresh, or the session went elsewhere or ended; ${copy ? "the paused source copy, of no use, was destroyed" : "no copy was left here"}`
-        yield* Effect.logError(reason, { ...fields, target: owed.target!.targetHostId })
-        return { _tag: "Refused", reason, restoredOnSource: false } as const
-      })
-    /**
-     * The session's placement, read whenever the target does not run the guest (before every
-     * stream sent again included): the copy is owed to the target only while the session is
-     * placed there. Ended (or unknown: pruned), or placed elsewhere: the debt is over (placed
-     * here: the guest resumes from its pause; else the copy is destroyed). `onTarget`: still placed
-     * on the target. `Unknown`: unread, or not visible to this host (the coordinator's 403: a
-     * coordinator older than letting a move's source read its session, or a later move this host
-     * took no part in): not visible says nothing of where the session is, so the guest's only
-     * whole copy stays, and is not streamed.
-     */
-    const settledByPlacement = Effect.gen(function* () {
-      const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
-      if (read._tag === "Failure") return yield* unknown(`the session's placement cannot be read (${read.failure.message})`)
-      const session = read.success
-      if (session === notVisible) {
-        yield* Effect.logWarning(`move ${owed.moveId}: the coordinator does not let this host read the session (403: older than letting a move's source read it, or a later move took it): its placement is not known, the paused copy stays`, fields)
-        return yield* unknown("the coordinator does not let this host read the session (403)", true)
-      }
-      if (placedOn(session, owed.target!.targetHostId)) return onTarget
-      const here = placedOn(session, deps.hostId)
-      if (copy && here) {
-        yield* runtime.unpark(owed.sessionId).pipe(Effect.ignore)
-        yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "running" }))
-      } else yield* destroyCopy
-      yield* residents.removePendingCommit(owed.moveId)
-      yield* untellResend(deps, owed)
-      const where = session === null ? "unknown to the coordinator: ended and pruned" : `${session.state} on ${session.hostId ?? "no host"}`
-      const reason = `move ${owed.moveId}: the session is no longer placed on its target ${owed.target!.targetHostId} (${where}): ${copy && here ? "the guest resumed here from its paused copy" : copy ? "the paused source copy was destroyed" : "no copy was left here"}`
-      yield* Effect.logWarning(reason, fields)
-      return { _tag: "Refused", reason, restoredOnSource: copy && here } as const
-    })
     const asked = yield* link.commit(header).pipe(Effect.result)
     if (asked._tag === "Success") return yield* dropCopy
-    const placement = yield* settledByPlacement
+    // Read whenever the target does not run the guest (before every stream sent again included).
+    const placement = yield* settleByPlacement(deps, owed, { ms: owed.resendSinceMs, what: "the resend debt began" })
     if (placement._tag !== "OnTarget" && placement._tag !== "Unknown") return placement
     if (!asked.failure.refused) return yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`)
     if (asked.failure.noStream !== true) {
