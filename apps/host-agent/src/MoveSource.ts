@@ -772,7 +772,7 @@ export type Settled =
 
 /** What settling an owed move needs. */
 export type SettleDeps = Pick<MoveSourceDeps, "hostId" | "coordinator" | "residents" | "runtime" | "link"> & {
-  /** The coordinator's stale window (ms; default `Limits.defaults.heartbeatStaleWindowMs`): bounds a `resend` debt whose session cannot be read (`resendGiveUpMs`). */
+  /** The coordinator's stale window (ms; default `Limits.defaults.heartbeatStaleWindowMs`): bounds a debt of a committed move whose session cannot be read (a `resend` debt, or a target that refused plainly: `resendGiveUpMs`). */
   readonly staleWindowMs?: number | undefined
 }
 
