@@ -14,7 +14,7 @@
  * `CommittedSendFails` test reaches it through a real failed send. Passes of the source between
  * the debt and the reclaim (the target unanswering) read the session placed on the target: the
  * coordinator lets the source of its latest move read it (before, a 403 its agent took for "ended",
- * and its resend settling, `settledByPlacement`, destroyed the paused copy at the first pass).
+ * and its resend settling, then `settledByPlacement` (now `settleByPlacement`), destroyed the paused copy at the first pass).
  * The reclaim is the store's own pass (`reclaim`, as the reaper's leader runs it), called directly
  * so no reaper timing is involved. The stale window passes on the store's clock when the test
  * moves it (`skewedStore`), never waited out in real time: a loaded machine cannot make the
