@@ -228,7 +228,7 @@ describe("ParkPolicy", () => {
     // simulator README's "Choosing the reserve's knobs" cut it to 20 s).
     // The default until issue 22 (one lead for every class, single arrivals): the examples that
     // compare a knob with "today's" places compare it with this.
-    const before = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: false, reserveGroups: false }
+    const before = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: false, reserveGroups: false, reserveSlowClassQuantile: 0.9 }
     const lead60 = { ...before, reserveLeadMs: 60_000 }
 
     it("the default knobs: the simulator's sweep's winner (a 20 s lead plus each class's descent, groups by the meter's variance, 90 %, parks 5 min old first, young parks from 15 s, no queue peaks)", () => {
@@ -464,6 +464,51 @@ describe("ParkPolicy", () => {
       // Counting groups, no host that could take it has a park to yield: nothing descends (and so with the default, which counts groups).
       expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate, options: { ...before, reserveGroups: true } }).yields).toEqual([])
       expect(ParkPolicy.decide("demand-reserve", fleet, { now: NOW, recent: rate }).yields).toEqual([])
+    })
+
+    it("a slow class (its descent outlasts the lead) gets the places its own arrivals reach at reserveSlowClassQuantile; the other classes keep theirs", () => {
+      // 99 parks of 2 GiB and one of 128 GiB (mean 3.26 GiB); 2,048 MiB/s reserved: 0.61 sessions a second.
+      const fleet: FleetView = {
+        hosts: [fleetHost("h0", 512 * GiB, 326 * GiB, [...Array.from({ length: 99 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 128 * GiB)])],
+        queue: [],
+      }
+      const rate = { reservedMibPerSec: 2048 }
+      const count = (xs: readonly Budget[], gib: number) => xs.filter((b) => b.memMib === gib * GiB).length
+      const base = ParkPolicy.expectedArrivals(fleet, rate, { ...ParkPolicy.defaultOptions, reserveSlowClassQuantile: ParkPolicy.defaultOptions.reserveQuantile })
+      // At 90 %: the 128 GiB class counts over 20 s + its 47 s descent at 2,800 MiB/s, mean 0.41: one place.
+      expect(count(base, 128)).toBe(1)
+      expect(ParkPolicy.defaultOptions.reserveSlowClassQuantile).toBe(0.99)
+      const slow = ParkPolicy.expectedArrivals(fleet, rate)
+      // At 99 %: two places (P(N ≤ 1) = 0.936, P(N ≤ 2) = 0.992), still ahead of every smaller place.
+      expect(count(slow, 128)).toBe(2)
+      expect(slow.slice(0, 2)).toEqual([{ memMib: 128 * GiB, vcpus: 1 }, { memMib: 128 * GiB, vcpus: 1 }])
+      // The 2 GiB class (a 0.7 s descent, inside the 20 s lead) keeps exactly its places.
+      expect(count(slow, 2)).toBe(count(base, 2))
+      // With a lead longer than the 128 GiB descent no class is slow: nothing changes.
+      const longLead = { ...ParkPolicy.defaultOptions, reserveLeadMs: 60_000 }
+      expect(ParkPolicy.expectedArrivals(fleet, rate, { ...longLead, reserveSlowClassQuantile: 0.99 })).toEqual(ParkPolicy.expectedArrivals(fleet, rate, { ...longLead, reserveSlowClassQuantile: 0.9 }))
+      // Property: on any fleet, rate and descent rate, only the slow classes gain places; the others keep exactly theirs.
+      fc.assert(
+        fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), fc.boolean(), ({ fleet }, rate, descent, perClass) => {
+          const recentRate = { reservedMibPerSec: rate }
+          const options = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: perClass, descentMibPerSec: descent, reserveSlowClassQuantile: ParkPolicy.defaultOptions.reserveQuantile }
+          const base = ParkPolicy.expectedArrivals(fleet, recentRate, options)
+          const more = ParkPolicy.expectedArrivals(fleet, recentRate, { ...options, reserveSlowClassQuantile: 0.99 })
+          const byClass = (xs: readonly Budget[]) => {
+            const m = new Map<number, number>()
+            for (const b of xs) m.set(ParkPolicy.sizeClass(b.memMib), (m.get(ParkPolicy.sizeClass(b.memMib)) ?? 0) + 1)
+            return m
+          }
+          const b = byClass(base)
+          const m = byClass(more)
+          for (const x of [...base, ...more]) {
+            const k = ParkPolicy.sizeClass(x.memMib)
+            const slowClass = (x.memMib / descent) * 1000 > options.reserveLeadMs
+            if (slowClass) expect(m.get(k) ?? 0).toBeGreaterThanOrEqual(b.get(k) ?? 0)
+            else expect(m.get(k) ?? 0).toBe(b.get(k) ?? 0)
+          }
+        }),
+      )
     })
 
     it("property: with a lead per class, the places at least as big as any size are never fewer than with one lead", () => {
