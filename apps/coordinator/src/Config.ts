@@ -174,6 +174,12 @@ export interface CoordinatorConfig {
    */
   readonly reserveLeadPerClass: number
   /**
+   * 1 (the default since 2026-12-07): a slow size class of the reserve (its descent outlasts the
+   * lead) keeps the places its own arrivals reach at 99 % (core's `reserveSlowClassQuantile`); 0:
+   * the 90 % every class keeps, the default before.
+   */
+  readonly reserveSlowClass: number
+  /**
    * How long a move that ended aborted (refused by its source's guard, timed out) keeps the
    * reaper from moving its session again, to any target (ms; core's `MakeRoom.cooling`).
    */
@@ -512,6 +518,7 @@ export const settingVariables = {
   makeRoomMovesPerPass: "ENGRAM_MAKE_ROOM_MOVES_PER_PASS",
   reserveGroups: "ENGRAM_RESERVE_GROUPS",
   reserveLeadPerClass: "ENGRAM_RESERVE_LEAD_PER_CLASS",
+  reserveSlowClass: "ENGRAM_RESERVE_SLOW_CLASS",
   makeRoomCooldownMs: "ENGRAM_MAKE_ROOM_COOLDOWN_MS",
   retentionMs: "ENGRAM_RETENTION_MS",
   retentionPruneLimit: "ENGRAM_RETENTION_PRUNE_LIMIT",
@@ -561,6 +568,7 @@ const settings = {
   makeRoomMovesPerPass: int(settingVariables.makeRoomMovesPerPass, 16, 1, 1000),
   reserveGroups: int(settingVariables.reserveGroups, 1, 0, 1),
   reserveLeadPerClass: int(settingVariables.reserveLeadPerClass, 1, 0, 1),
+  reserveSlowClass: int(settingVariables.reserveSlowClass, 1, 0, 1),
   makeRoomCooldownMs: int(settingVariables.makeRoomCooldownMs, MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
   retentionMs: int(settingVariables.retentionMs, defaultRetentionMs, 0, maxRetentionMs),
   retentionPruneLimit: int(settingVariables.retentionPruneLimit, 1000, 1, Validate.maxPruneLimit),

@@ -276,21 +276,22 @@ describe("configuration", () => {
     expect(otlp._tag === "Invalid" && otlp.issues.map((i) => [i.variable, i.value])).toEqual([["ENGRAM_OTLP_URL", "ftp://collector:4318/?***"]])
   })
 
-  it("the reserve's groups and lead per class are on by default (core's defaults); 0 turns each off for the reaper; a bad value is named with its rule", () => {
+  it("the reserve's groups, lead per class and slow classes' 99 % are on by default (core's defaults); 0 turns each off for the reaper; a bad value is named with its rule", () => {
     const d = Config.parse({})
-    expect(d._tag === "Valid" && [d.config.reserveGroups, d.config.reserveLeadPerClass]).toEqual([1, 1])
+    expect(d._tag === "Valid" && [d.config.reserveGroups, d.config.reserveLeadPerClass, d.config.reserveSlowClass]).toEqual([1, 1, 1])
     expect(d._tag === "Valid" && parkRule(d.config)).toEqual(ParkPolicy.defaultRule)
-    const off = Config.parse({ ENGRAM_RESERVE_GROUPS: "0", ENGRAM_RESERVE_LEAD_PER_CLASS: "0" })
+    const off = Config.parse({ ENGRAM_RESERVE_GROUPS: "0", ENGRAM_RESERVE_LEAD_PER_CLASS: "0", ENGRAM_RESERVE_SLOW_CLASS: "0" })
     expect(off._tag === "Valid" && parkRule(off.config)).toEqual({
       name: ParkPolicy.defaultName,
-      options: { ...ParkPolicy.defaultOptions, reserveGroups: false, reserveLeadPerClass: false },
+      options: { ...ParkPolicy.defaultOptions, reserveGroups: false, reserveLeadPerClass: false, reserveSlowClassQuantile: ParkPolicy.defaultOptions.reserveQuantile },
     })
     const one = Config.parse({ ENGRAM_RESERVE_GROUPS: "0" })
     expect(one._tag === "Valid" && parkRule(one.config).options).toMatchObject({ reserveGroups: false, reserveLeadPerClass: true })
-    const bad = Config.parse({ ENGRAM_RESERVE_GROUPS: "yes", ENGRAM_RESERVE_LEAD_PER_CLASS: "2" })
+    const bad = Config.parse({ ENGRAM_RESERVE_GROUPS: "yes", ENGRAM_RESERVE_LEAD_PER_CLASS: "2", ENGRAM_RESERVE_SLOW_CLASS: "0.5" })
     expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule]).sort()).toEqual([
       ["ENGRAM_RESERVE_GROUPS", "must be an integer from 0 to 1"],
       ["ENGRAM_RESERVE_LEAD_PER_CLASS", "must be an integer from 0 to 1"],
+      ["ENGRAM_RESERVE_SLOW_CLASS", "must be an integer from 0 to 1"],
     ])
   })
 
