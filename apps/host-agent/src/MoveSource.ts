@@ -1301,13 +1301,14 @@ export const settleCommit = (deps: SettleDeps, debt: PendingCommit): Effect.Effe
 
 /**
  * Keeps the source copy of a `resend` debt paused (a runtime that gave a pause back resumed it)
- * and the debt written (the state file: a restarted agent settles it the same way). `noStream`:
- * the target has answered that its stream never completed, so the copy here is the guest's only
- * whole one: the coordinator is told (`tellResend`) if it was not. Before that word the mark is
- * not set: a target that got the whole stream (the source's send failing after its last byte)
+ * and the debt written (the state file: a restarted agent settles it the same way); answers the
+ * debt written. `noStream`: the target has answered that it runs nothing of the move (its stream
+ * never completed, or its "not yet" says it resumed nothing), so the copy here is the guest's
+ * only whole one: the coordinator is told (`tellResend`) if it was not. Before that word the mark
+ * is not set: a target that got the whole stream (the source's send failing after its last byte)
  * resumes the guest itself, and a way back to this source would resume an older copy beside it.
  */
-const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean) =>
+const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean): Effect.Effect<PendingCommit> =>
   Effect.gen(function* () {
     const { runtime, residents } = deps
     const running = (yield* runtime.list).some((v) => v.vmId === owed.sessionId && v.status === "running")
@@ -1318,7 +1319,9 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean) =>
     }
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "paused" }))
     const dated = owed.resendSinceMs === undefined ? { ...owed, resendSinceMs: Math.round(yield* nowMs) } : owed
-    yield* residents.addPendingCommit(dated.resendTold === true || !noStream ? dated : yield* tellResend(deps, dated))
+    const written = dated.resendTold === true || !noStream ? dated : yield* tellResend(deps, dated)
+    yield* residents.addPendingCommit(written)
+    return written
   })
 
 /**
@@ -1454,7 +1457,9 @@ const settleByPlacement = (deps: SettleDeps, owed: PendingCommit, since: { reado
  *    (`settleByPlacement`): no longer on the target → the debt is over (ended or elsewhere: the
  *    copy destroyed; placed here, the coordinator's way back after the target was silent: the
  *    guest resumes from its pause); still on the target → a refusal saying that its stream never
- *    completed (`noStream`): step 2; no answer: still owed; a refusal without the word (an agent
+ *    completed (`noStream`): step 2; no answer: still owed (a "not yet" saying that the target
+ *    resumed nothing, `notResumed`: the mark set again, not streamed: the target holds the
+ *    stream); a refusal without the word (an agent
  *    older than it, which boots the session afresh) → the copy destroyed; not readable (or not
  *    visible to this host) → still owed, whatever the target answered: the copy is never
  *    destroyed on an unknown (only on a placement read elsewhere, ended or pruned, on the
@@ -1462,11 +1467,16 @@ const settleByPlacement = (deps: SettleDeps, owed: PendingCommit, since: { reado
  *    answers `noStream` may not have read yet that the session went back to this source, and a
  *    stream it resumed there would be destroyed by its reconcile while this host boots the
  *    session afresh;
- * 2. the target prepares again (a fresh incoming VM of the move) and the runtime migrates the
+ * 2. the coordinator's resend mark is set again (`tellResend`): the target clears it before it
+ *    resumes a stream sent again, and may have cleared it on an earlier pass before it found
+ *    that stream incomplete (a stream that failed partway); a tell unanswered → still owed, not
+ *    streamed (no pass streams while the mark may be unset);
+ * 3. the target prepares again (a fresh incoming VM of the move) and the runtime migrates the
  *    paused copy to it, over any budget (`overBudget` always true: the move is committed), then
  *    sends the final round; the copy stays paused whatever happened;
- * 3. the target is asked to commit: it runs the guest → the copy here is destroyed; anything
- *    else → still owed, tried again on the next pass.
+ * 4. the target is asked to commit: it runs the guest → the copy here is destroyed; anything
+ *    else → still owed, tried again on the next pass (on `noStream`, or a "not yet" saying it
+ *    resumed nothing, the mark set again: the target may have cleared it first).
  *
  * The move is not recorded again: the coordinator holds it committed already (no phases: an
  * operator's commit has none). Never two running copies: the copy here resumes only where the
@@ -1476,15 +1486,18 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
   Effect.gen(function* () {
     const { runtime, residents, link } = deps
     const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
+    /** The debt as this pass last wrote it. */
+    let debt = owed
     /**
-     * `noStream`: the target answered, this pass, that its stream never completed. `tellAgain`:
-     * the coordinator is told even if it was (the target clears the mark before it resumes a
-     * stream sent again, and answered `noStream` after that).
+     * `noStream`: the target answered, this pass, that it runs nothing of the move (its stream
+     * never completed, or it resumed nothing). `tellAgain`: the coordinator is told even if it
+     * was (the target clears the mark before it resumes a stream sent again, and may have
+     * cleared it before it answered so).
      */
     const stillOwed = (why: string, noStream = false, tellAgain = false) =>
       Effect.gen(function* () {
-        const { resendTold: _told, ...untold } = owed
-        yield* owedResend(deps, tellAgain ? untold : owed, noStream)
+        const { resendTold: _told, ...untold } = debt
+        debt = yield* owedResend(deps, tellAgain ? untold : debt, noStream)
         const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; the copy is kept paused and the target asked again on the next pass`
         yield* Effect.logWarning(reason, fields)
         return { _tag: "Owed", reason } as const
@@ -1514,7 +1527,13 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     // Read whenever the target does not run the guest (before every stream sent again included).
     const placement = yield* settleByPlacement(deps, owed, { ms: owed.resendSinceMs, what: "the resend debt began" })
     if (placement._tag !== "OnTarget" && placement._tag !== "Unknown") return placement
-    if (!asked.failure.refused) return yield* stillOwed(`the target did not answer its commit (${asked.failure.message})`)
+    if (!asked.failure.refused) {
+      // Its "not yet" saying that it resumed nothing (`notResumed`: it cleared the mark, say, then
+      // could not read the placement): the mark is set again, and it clears it again before any
+      // later resume; nothing streamed (it holds the stream). Any other: no answer, as before.
+      const notResumed = asked.failure.notResumed === true
+      return yield* stillOwed(`the target did not ${notResumed ? "resume the stream yet" : "answer its commit"} (${asked.failure.message})`, notResumed, notResumed)
+    }
     if (asked.failure.noStream !== true) {
       // Where the session is placed is not known, and the refusal alone does not say it: a target
       // that forgot its note once the session left it (the coordinator's way back to this source,
@@ -1541,7 +1560,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     // does not place on it (it drops the stream instead). An older target does not check: a
     // stream it resumed while the session is on a third host would run beside that guest.
     const targetChecks = placement._tag === "Unknown" && placement.notVisible && asked.failure.checksPlacement === true
-    if (placement._tag === "Unknown" && !targetChecks) return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`, true)
+    if (placement._tag === "Unknown" && !targetChecks) return yield* stillOwed(`the target says its stream never completed, but ${placement.why}: not streamed while where the session is placed is not known`, true, true)
     if (!copy) {
       // Nothing here to stream: the debt cannot be settled by this host.
       yield* residents.removePendingCommit(owed.moveId)
@@ -1550,6 +1569,12 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       yield* Effect.logError(reason, fields)
       return { _tag: "Refused", reason, restoredOnSource: false } as const
     }
+    // Its `noStream` proves the target runs nothing, and it may have cleared the mark before it
+    // found its stream incomplete (one of an earlier pass that failed partway): set again before
+    // this stream, and nothing streamed while that tell is unanswered.
+    const { resendTold: _told, ...untold } = debt
+    debt = yield* owedResend(deps, untold, true)
+    if (debt.resendTold !== true) return yield* stillOwed("the coordinator was not told of the resend owed: not streamed while the mark may be unset")
     const sent = yield* Effect.gen(function* () {
       const endpoint = yield* link.prepare(header)
       const r = yield* runtime.migrate(owed.sessionId, {
@@ -1564,12 +1589,13 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       return yield* r.switchover
     }).pipe(Effect.result)
     if (sent._tag === "Failure") return yield* stillOwed(`its stream failed again (${sent.failure.message})`, true)
-    yield* owedResend(deps, owed, true)
+    debt = yield* owedResend(deps, debt, true)
     const committed = yield* link.commit(header).pipe(Effect.result)
     if (committed._tag === "Success") return yield* dropCopy
-    // Told only on the target's `noStream` (then again: it cleared the mark before finding the
-    // stream incomplete). Unanswered, or not yet, it may have cleared the mark and resumed the
+    // Told again only on the target's word that it runs nothing: `noStream`, or a "not yet" saying
+    // that it resumed nothing (`notResumed`); either may come after it cleared the mark.
+    // Unanswered (or an older target's "not yet"), it may have cleared the mark and resumed the
     // guest (its answer lost): a mark set now would send the session back to this older copy.
-    const noStreamAgain = committed.failure.noStream === true
-    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`, noStreamAgain, noStreamAgain)
+    const runsNothing = committed.failure.noStream === true || committed.failure.notResumed === true
+    return yield* stillOwed(`the target's commit of the stream sent again is not confirmed (${committed.failure.message})`, runsNothing, runsNothing)
   })

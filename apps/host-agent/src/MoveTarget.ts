@@ -49,6 +49,10 @@ export interface MoveHeader {
  * `checksPlacement` (with `noStream`): this target resumes a stream sent again only once the
  * coordinator reads the session placed on it (`ResendCheck`), so the source may stream again
  * where it cannot read the placement itself (403). Absent from a target older than the check.
+ * `notResumed` (not refused: a commit's "not yet"): this target resumed nothing and holds the
+ * stream paused; it may have cleared the move's resend mark before it found it could not go on,
+ * so the source sets the mark again (the target clears it again before any later resume).
+ * Absent from an older target's "not yet", and from every failure with no answer.
  */
 export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   op: Schema.String,
@@ -57,6 +61,7 @@ export class PeerError extends Schema.TaggedError<PeerError>()("PeerError", {
   refused: Schema.Boolean,
   noStream: Schema.optionalKey(Schema.Boolean),
   checksPlacement: Schema.optionalKey(Schema.Boolean),
+  notResumed: Schema.optionalKey(Schema.Boolean),
 }) {}
 
 /** A target's commit: how long the guest had run here when it answered (0: it ran already, a repeated commit). */
@@ -189,8 +194,12 @@ export const makeMoveTarget = (hostId: string, runtime: VmRuntimeShape, resident
         if (noted?.moveId !== h.moveId) yield* residents.noteUnfinished({ sessionId: h.sessionId, moveId: h.moveId, notedAt: yield* Clock.currentTimeMillis })
         return yield* Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: true, noStream: true, ...(coordinator === undefined ? {} : { checksPlacement: true }) }))
       })
-    /** Not resumed now, the incoming VM kept paused: the source asks again (a 503 at the peer server, never a refusal). */
-    const notYet = (h: MoveHeader, message: string) => Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: false }))
+    /**
+     * Not resumed now, the incoming VM kept paused: the source asks again (a 503 at the peer
+     * server, never a refusal). Said so (`notResumed`): the resend mark may have been cleared
+     * here, and the source, whose copy is still the guest's only whole one, sets it again.
+     */
+    const notYet = (h: MoveHeader, message: string) => Effect.fail(new PeerError({ op: "commit", moveId: h.moveId, message, refused: false, notResumed: true }))
     /**
      * Before a stream sent again resumes here (`resent`): the coordinator's resend mark is
      * cleared, so a death of this host from now on leaves the session lost, never sent back to the

@@ -7,7 +7,8 @@
  *
  * What it decides: which failures are the target's answer (`refused`: a 409 from the target,
  * which acted on its side) and which leave the target's state unknown (unreachable, timed out,
- * any other status); where a move's target is reached; and whether a prepare answer proves the
+ * any other status; a 503 whose body says `notResumed` is the target's "not yet", which resumed
+ * nothing); where a move's target is reached; and whether a prepare answer proves the
  * target holds the peer secret (`proofProblem`), without which nothing is streamed to it.
  */
 import { Duration, Effect, Schema } from "effect"
@@ -61,6 +62,20 @@ export const PrepareAnswer = Schema.Struct({ endpoint: Schema.Struct({ runtime: 
 
 /** The bound of a target's answer, bytes (`BoundedRead.peerAnswerMaxBytes`, 64 KiB; a real one holds a few hundred): past it the answer is not read. */
 export const peerAnswerMaxBytes = BoundedRead.peerAnswerMaxBytes
+
+/**
+ * What a target's "not yet" (its 503's body, read whole) says: that it resumed nothing
+ * (`PeerError.notResumed`). Anything else (an older target, a proxy's 503): no answer.
+ */
+const notResumedOf = (text: string, over: boolean): { notResumed?: true } => {
+  if (over) return {}
+  try {
+    const body: unknown = JSON.parse(text)
+    return typeof body === "object" && body !== null && (body as { readonly notResumed?: unknown }).notResumed === true ? { notResumed: true } : {}
+  } catch {
+    return {}
+  }
+}
 
 /**
  * What a target's refusal (its 409's body, read whole) says: that the move's stream never
@@ -178,7 +193,7 @@ export const http = (peers: (hostId: string) => string | undefined, secret: stri
       if (res.status < 200 || res.status >= 300) {
         // 409 is the target's own refusal (PeerServer); anything else says nothing of its state.
         const said = over ? `an answer over ${peerAnswerMaxBytes} bytes, not read` : text.slice(0, 200)
-        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${said}`, refused: res.status === 409, ...(res.status === 409 ? noStreamOf(text, over) : {}) })
+        return yield* new PeerError({ op, moveId: h.moveId, message: `peer answered ${res.status}: ${said}`, refused: res.status === 409, ...(res.status === 409 ? noStreamOf(text, over) : res.status === 503 ? notResumedOf(text, over) : {}) })
       }
       return { text, over, ...address }
     }).pipe(

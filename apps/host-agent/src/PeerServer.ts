@@ -208,12 +208,23 @@ const authorizedImage = (deps: PeerServerDeps, nonces: ImageNonceFile.NonceGate,
 /** No image of the session here: the fetcher takes this answer of the listing for the image host's word (`ImageFetch.noImageMessage`). */
 const noImage = (sessionId: string) => json(404, { error: "NotFound", message: ImageFetch.noImageMessage(sessionId) })
 
-/** A target's refusal is its 409; a "not yet" (`refused: false`: nothing done, ask again) a 503, which the source takes for no answer. */
-const peerError = (e: { readonly op: string; readonly message: string; readonly refused: boolean; readonly noStream?: boolean | undefined; readonly checksPlacement?: boolean | undefined }) =>
+/**
+ * A target's refusal is its 409; a "not yet" (`refused: false`: nothing done, ask again) a 503,
+ * which the source takes for no answer, unless it says that the target resumed nothing
+ * (`notResumed`: the source then sets the move's resend mark again).
+ */
+const peerError = (e: {
+  readonly op: string
+  readonly message: string
+  readonly refused: boolean
+  readonly noStream?: boolean | undefined
+  readonly checksPlacement?: boolean | undefined
+  readonly notResumed?: boolean | undefined
+}) =>
   Effect.succeed(
     e.refused
       ? json(409, { error: "PeerError", op: e.op, message: e.message, ...(e.noStream === true ? { noStream: true } : {}), ...(e.noStream === true && e.checksPlacement === true ? { checksPlacement: true } : {}) })
-      : json(503, { error: "Unavailable", op: e.op, message: e.message }),
+      : json(503, { error: "Unavailable", op: e.op, message: e.message, ...(e.notResumed === true ? { notResumed: true } : {}) }),
   )
 
 /** The peer routes. */

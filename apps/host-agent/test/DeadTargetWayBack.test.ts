@@ -1,5 +1,5 @@
 /**
- * End to end, over real HTTP to a real coordinator (in-process, StoreSim, a short stale window):
+ * End to end, over real HTTP to a real coordinator (in-process, StoreSim):
  * a move committed without its source's phases (an operator's word while the source was frozen)
  * whose final send failed leaves the source with the guest's only whole copy, paused, owing the
  * target a resend; then the target dies for good. The source's agent tells the coordinator of the
@@ -41,7 +41,8 @@ import { adminCall } from "./support/Admin.js"
 import { onStore, realClient, skewedStore } from "./support/RealCoordinator.js"
 
 const adminToken = "dead-target-admin-token-0123456789"
-const windowMs = 3000
+/** The coordinator's stale window: long, so a stall of the machine between the source's report and the reclaim never makes the source look silent (the test moves the store's clock past it). */
+const windowMs = 60_000
 const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
 const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
 let coordinator: RunningCoordinator

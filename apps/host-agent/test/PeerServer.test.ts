@@ -1,9 +1,10 @@
-import { maxHeaderSize, request } from "node:http"
+import { createServer, maxHeaderSize, request } from "node:http"
 import { connect } from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import { SimRuntime, SimWire } from "@engram/runtime"
 import { Effect } from "effect"
-import { makeMoveTarget } from "../src/MoveTarget.js"
+import { CoordinatorError } from "../src/Coordinator.js"
+import { makeMoveTarget, type ResendCheck } from "../src/MoveTarget.js"
 import { imageToken, moveToken, newImageBearer, statusToken } from "../src/MoveToken.js"
 import * as PeerLink from "../src/PeerLink.js"
 import * as PeerServer from "../src/PeerServer.js"
@@ -13,13 +14,15 @@ import { freePort } from "./support/E2e.js"
 const SECRET = "peer-server-test-secret"
 const fast = { commitMs: 5, captureFixedMs: 1, startMs: 0 }
 
-const serveTarget = Effect.gen(function* () {
-  const runtime = yield* SimRuntime.make(fast, SimWire.tcp())
-  const residents = yield* makeResidents("t", null, () => Effect.void)
-  const target = yield* makeMoveTarget("t", runtime, residents)
-  const port = yield* PeerServer.serve({ hostId: "t", secret: SECRET, target, status: Effect.succeed({ ok: true }) }, { port: 0, host: "127.0.0.1" })
-  return { port, target, runtime }
-})
+const serveTargetWith = (check?: ResendCheck) =>
+  Effect.gen(function* () {
+    const runtime = yield* SimRuntime.make(fast, SimWire.tcp())
+    const residents = yield* makeResidents("t", null, () => Effect.void)
+    const target = yield* makeMoveTarget("t", runtime, residents, check)
+    const port = yield* PeerServer.serve({ hostId: "t", secret: SECRET, target, status: Effect.succeed({ ok: true }) }, { port: 0, host: "127.0.0.1" })
+    return { port, target, runtime, residents }
+  })
+const serveTarget = serveTargetWith()
 
 const header = { moveId: "m1", sessionId: "s1", sourceHostId: "src", targetHostId: "t", memMib: 64, vcpus: 1 }
 
@@ -71,6 +74,43 @@ describe("the peer server", () => {
         const closed = yield* Effect.promise(freePort)
         const gone = yield* PeerLink.http(() => `http://127.0.0.1:${closed}`, SECRET).commit(header).pipe(Effect.flip)
         assert.isFalse(gone.refused)
+      }),
+    ))
+
+  it.live("a stream sent again that the target cannot resume yet (the coordinator unanswered) is its \"not yet\" (503) saying that it resumed nothing; an older target's 503 without the word is no answer", () =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const unanswered = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
+        const { port, target, residents } = yield* serveTargetWith({ resendOwed: () => unanswered("resendOwed"), getSession: () => unanswered("getSession") })
+        // The move's first stream never completed here: the next one is a stream sent again.
+        yield* residents.noteUnfinished({ sessionId: "s1", moveId: "m1", notedAt: 0 })
+        const source = yield* SimRuntime.make(fast, SimWire.tcp())
+        yield* source.start({ vmId: "s1", memMib: 64, vcpus: 1 })
+        const link = PeerLink.http(() => `http://127.0.0.1:${port}`, SECRET)
+        const endpoint = yield* link.prepare(header)
+        const at = yield* source.migrate("s1", { moveId: "m1", endpoint, budget: { maxDowntimeMs: 5000, commitAllowanceMs: 50, maxPreCopyRounds: 4 }, onRound: () => Effect.void })
+        assert.strictEqual(at._tag, "AtSwitchover")
+        if (at._tag !== "AtSwitchover") return
+        yield* at.switchover
+        const notYet = yield* link.commit(header).pipe(Effect.flip)
+        assert.isFalse(notYet.refused, notYet.message)
+        assert.isTrue(notYet.notResumed, notYet.message)
+        assert.deepStrictEqual(yield* target.incoming, [{ moveId: "m1", vmId: "s1" }], "nothing resumed: the incoming VM kept, paused")
+        // A target older than the word answers its 503 without it: no answer, as before.
+        const older = createServer((_req, res) => {
+          res.statusCode = 503
+          res.setHeader("content-type", "application/json")
+          res.end(JSON.stringify({ error: "Unavailable", op: "commit", message: "not yet" }))
+        })
+        yield* Effect.acquireRelease(
+          Effect.promise(() => new Promise<void>((resolve) => older.listen(0, "127.0.0.1", resolve))),
+          () => Effect.promise(() => new Promise<void>((resolve) => older.close(() => resolve()))),
+        )
+        const address = older.address()
+        const olderPort = typeof address === "object" && address !== null ? address.port : 0
+        const silent = yield* PeerLink.http(() => `http://127.0.0.1:${olderPort}`, SECRET).commit(header).pipe(Effect.flip)
+        assert.isFalse(silent.refused)
+        assert.isUndefined(silent.notResumed)
       }),
     ))
 

@@ -1,5 +1,5 @@
 /**
- * End to end, over real HTTP to a real coordinator (in-process, StoreSim, a short stale window):
+ * End to end, over real HTTP to a real coordinator (in-process, StoreSim):
  * a move committed without its source's phases (an operator's word) whose first stream never
  * completed at the target; the source holds the guest's only whole copy, paused, has marked the
  * move `resendOwed`, and streams the copy again. The target resumes a stream sent again only once
@@ -16,8 +16,16 @@
  *   session placed on the source, drops the stream, and the source resumes its copy.
  * - A coordinator that refuses the source its read of the session (403, older than that rule):
  *   the source streams again on the target's `noStream` all the same, since this target checks.
+ * - The source's stream fails partway on two passes: on the second the target cleared the mark,
+ *   then found the first stream incomplete (`noStream`). The source sets the mark again on every
+ *   `noStream` (before, only once: the mark stayed cleared, and the target's death left the
+ *   session lost and the source destroyed the guest's only whole copy).
+ * - The target cleared the mark, then could not read the placement: its "not yet" says that it
+ *   resumed nothing (`notResumed`), and the source sets the mark again (before, it took the 503
+ *   for no answer: the mark stayed cleared, the session lost with the target).
  *
- * The stale window passes on the store's clock when the test moves it (`skewedStore`).
+ * The stale window (long, so a stall of the machine never makes the source look silent) passes
+ * on the store's clock when the test moves it (`skewedStore`), never waited out.
  */
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -26,7 +34,7 @@ import { assert, describe } from "@effect/vitest"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { StoreSim } from "@engram/store-sim"
-import { ImageStore, SimRuntime, SimWire } from "@engram/runtime"
+import { ImageStore, RuntimeError, SimRuntime, SimWire } from "@engram/runtime"
 import { Clock, Effect } from "effect"
 import { TestClock } from "effect/testing"
 import { afterEach, beforeEach } from "vitest"
@@ -41,7 +49,8 @@ import { adminCall } from "./support/Admin.js"
 import { onStore, realClient, skewedStore } from "./support/RealCoordinator.js"
 
 const adminToken = "resend-check-admin-token-0123456789"
-const windowMs = 3000
+/** The coordinator's stale window: long, so a stall of the machine between the source's report and the reclaim never makes the source look silent (the test moves the store's clock past it). */
+const windowMs = 60_000
 const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
 const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
 let coordinator: RunningCoordinator
@@ -76,6 +85,10 @@ interface Faults {
   beforeResentCommit: Effect.Effect<void>
   /** The answer of the commit of a stream sent again is lost on its way back to the source. */
   loseResentAnswer: boolean
+  /** The source's stream of its copy fails (the runtime's migrate: the stream cut partway). */
+  streamFails: boolean
+  /** The target's read of the session fails unanswered (its clear of the mark went through). */
+  targetReadFails: boolean
 }
 
 /**
@@ -84,7 +97,7 @@ interface Faults {
  * paused, owes the resend, and has marked it at the coordinator.
  */
 const resendOwed = Effect.gen(function* () {
-  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false }
+  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false }
   const wire = SimWire.inMemory()
   const aReal = yield* realClient(coordinator.url, "a", tokens["a"]!)
   const aClient: CoordinatorShape = { ...aReal, getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)) }
@@ -92,7 +105,7 @@ const resendOwed = Effect.gen(function* () {
   const cut = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
   const bClient = {
     resendOwed: (id: string, owed: boolean) => (faults.targetCutOff ? cut("resendOwed") : bReal.resendOwed(id, owed)),
-    getSession: (id: string) => (faults.targetCutOff ? cut("getSession") : bReal.getSession(id)),
+    getSession: (id: string) => (faults.targetCutOff || faults.targetReadFails ? cut("getSession") : bReal.getSession(id)),
   }
   const bRuntime = yield* SimRuntime.make({ startMs: 50 }, wire)
   const bResidents = yield* makeResidents("b", null, () => Effect.void)
@@ -111,7 +124,11 @@ const resendOwed = Effect.gen(function* () {
       }),
     abort: (h) => Effect.asVoid(bTarget.abort(h.moveId)),
   }
-  const runtime = yield* SimRuntime.make({ startMs: 50 }, wire)
+  const simRuntime = yield* SimRuntime.make({ startMs: 50 }, wire)
+  const runtime: typeof simRuntime = {
+    ...simRuntime,
+    migrate: (vmId, options) => (faults.streamFails ? Effect.fail(new RuntimeError({ op: "migrate", vmId, message: "the stream was cut partway" })) : simRuntime.migrate(vmId, options)),
+  }
   const residents = yield* makeResidents("a", null, () => Effect.void)
   const agent = yield* makeAgent(defaultAgentConfig("a"), {
     coordinator: aClient,
@@ -149,13 +166,14 @@ const resendOwed = Effect.gen(function* () {
   assert.strictEqual(yield* aClient.resendOwed(move.id, true), "recorded")
   yield* residents.addPendingCommit({ moveId: move.id, sessionId: "s1", phases: null, target: { targetHostId: "b", memMib: 512, vcpus: 1 }, intentRecorded: true, resend: true, resendTold: true })
   yield* bResidents.noteUnfinished({ sessionId: "s1", moveId: move.id, notedAt: yield* Clock.currentTimeMillis })
-  /** b is gone for good: past the stale window on the store's clock only a reports; then the reaper's pass. */
+  /** b is gone for good: past the stale window on the store's clock (moved, never waited out) only a reports; then the reaper's pass. */
   const targetDies = Effect.gen(function* () {
     storeClock.advance(windowMs + 500)
     yield* aClient.report(measure, [])
     return yield* store((s) => s.reclaim())
   })
-  return { faults, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, moveId: move.id }
+  const markSet = Effect.map(store((s) => s.getMove(move.id)), (m) => m.resendOwed === true)
+  return { faults, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, markSet, moveId: move.id }
 })
 
 describe("a stream sent again resumes on the target only once the coordinator says so", () => {
@@ -222,6 +240,48 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       // Before: never streamed on a 403 (the known limit), the copy kept until the give-up.
       assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "streamed again and resumed on the target")
       assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+  effect("a stream sent again fails partway on two passes (the second after the target cleared the mark and found the first incomplete), then the target dies: the mark is set again, so the session goes back to the source and its copy resumes", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.streamFails = true
+      yield* t.pass
+      assert.deepStrictEqual((yield* t.b.residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "the target holds the incomplete stream")
+      // The second pass: the target clears the mark, finds the stream incomplete, answers noStream; the stream fails again.
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
+      assert.isTrue(yield* t.markSet, "the mark set again after the target's noStream")
+      const result = yield* t.targetDies
+      // Before: lostSessions ["s1"] (the mark left cleared by the target), and a's next pass destroyed the guest's only whole copy.
+      assert.deepStrictEqual(result.lostSessions, [])
+      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed")
+      const now = yield* t.cpuMs(t.a.runtime)
+      assert.isTrue(now !== null && now >= t.ranMs, `the guest's run carried on (${now} ms after ${t.ranMs} ms), not booted afresh`)
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+  effect("the target clears the mark but cannot read the placement (its \"not yet\" says it resumed nothing): the source sets the mark again without streaming again, and the target's death sends the session back to it", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.targetReadFails = true
+      yield* t.pass
+      assert.deepStrictEqual((yield* t.b.residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "nothing resumed on the target: its incoming VM kept, paused")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
+      // Before: false (the target's clear stood, its 503 taken for no answer).
+      assert.isTrue(yield* t.markSet, "the mark set again after the target's \"not yet\"")
+      // A pass on the same answer: the target still holds the stream, nothing streamed again.
+      yield* t.pass
+      assert.deepStrictEqual((yield* t.b.residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
+      assert.isTrue(yield* t.markSet)
+      const result = yield* t.targetDies
+      assert.deepStrictEqual(result.lostSessions, [])
+      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
+      yield* t.pass
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed")
       assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
     }),
   )
