@@ -233,10 +233,11 @@ const offBy = (ms: number) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))}
 /**
  * A move's resend mark for a person: its source holds the guest's only whole copy, paused, and
  * owes the target the stream (the move was committed without its pause measured, and the target
- * never got a complete stream). Its agent streams it again; should the target die, the session
- * goes back to the source.
+ * never got a complete stream). Its agent streams it again; should the target die while the mark
+ * is set (its agent sets it again after every answer of the target that it runs nothing), the
+ * session goes back to the source.
  */
-const resendOwedText = "owed: the source holds the only copy of the guest (paused) and owes the target the stream; should the target die, the session goes back to the source"
+const resendOwedText = "owed: the source holds the only copy of the guest (paused) and owes the target the stream; should the target die while this is set (the source sets it again whenever the target answers that it runs nothing), the session goes back to the source"
 
 /** One move for a person: its hosts and state, its pause by phase, what its downtime guard decided on, and whether its source owes a resend. */
 const moveText = (m: Move): string => {
@@ -795,7 +796,7 @@ const moves = Command.make("moves").pipe(
     ),
     resolveMove(
       "commit",
-      "an in-doubt move: the guest runs on the target (say so only when its target runs it). If the target holds no complete stream, the source keeps its copy paused and marks the move: resend owed (moves show, moves ls), streaming it again; should the target die, the session goes back to the source",
+      "an in-doubt move: the guest runs on the target (say so only when its target runs it). If the target holds no complete stream, the source keeps its copy paused and marks the move: resend owed (moves show, moves ls), streaming it again; should the target die while that mark is set (the source sets it again whenever the target answers that it runs nothing), the session goes back to the source",
     ),
     resolveMove("abort", "an in-doubt move: the guest runs on the source; the target's copy is destroyed. A committed move (one whose source owes a resend too) is refused"),
   ]),

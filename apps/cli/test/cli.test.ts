@@ -222,7 +222,7 @@ describe("engram sessions and why", () => {
     expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: true })).status).toBe(200)
     const shown = await engram(["moves", "show", move.id], { env })
     expect(shown.code, shown.stderr).toBe(0)
-    expect(shown.stdout).toMatch(/^resend\s+owed: the source holds the only copy of the guest \(paused\) and owes the target the stream; should the target die, the session goes back to the source$/m)
+    expect(shown.stdout).toMatch(/^resend\s+owed: the source holds the only copy of the guest \(paused\) and owes the target the stream; should the target die while this is set \(the source sets it again whenever the target answers that it runs nothing\), the session goes back to the source$/m)
     expect(await row()).toMatch(/\scommitted\s+-\s+owed: source holds the only copy$/)
     expect(JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)).toMatchObject({ id: move.id, state: "committed", resendOwed: true })
     for (const outcome of ["commit", "abort"]) {

@@ -354,8 +354,8 @@ export interface StoreShape {
    * whole copy, paused, the target never having got a complete stream) or no longer does (false:
    * the target runs the guest, or the session went elsewhere or ended). Only a move committed
    * without phases may be marked (core's `Move.refuseResendMark`; else `Conflict`, nothing
-   * changed); a repeat changes nothing. The mark is kept with the move (not on its record): it
-   * opens the way back to the source when the target's reservation is reclaimed (core's
+   * changed); a repeat changes nothing. The mark is on the move's record (`Move.resendOwed`, shown
+   * on every read of the move; store-pg's `moves.resend_owed`): it opens the way back to the source when the target's reservation is reclaimed (core's
    * `Reclaim.wayBackOf`, read by `reclaim`).
    *
    * Optional: a store without it keeps no mark, so its `reclaim` never sends a session back to a
