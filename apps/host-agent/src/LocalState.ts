@@ -106,7 +106,10 @@ export const PendingCommit = Schema.Struct({
   /**
    * Whether the coordinator was told of the `resend` debt (`POST /v1/moves/{id}/resend`), or
    * answered that it does not know the call (older): told once. The mark opens the way back to
-   * this source should the target die (the coordinator places the session here). Absent: not yet.
+   * this source should the target die (the coordinator places the session here). Absent: not yet
+   * (nothing owed: the target has not said that it runs nothing). False: a tell owed went
+   * unanswered: told on every later pass, before the target is asked anything (an older agent
+   * reads false as absent).
    */
   resendTold: Schema.optionalKey(Schema.Boolean),
   /**

@@ -916,15 +916,11 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     if (owed.refusedSinceMs !== undefined && e.noStream !== true) {
       // An earlier pass read the move committed (final: it is not asked to abort again) and the
       // target refusing plainly while the session's placement was not known: the placement
-      // decides again, whatever the target answers now (no answer: still owed while the session
-      // is placed on it), and the give-up counts on when it cannot be read.
-      if (e.refused) return yield* settlePlainRefusal(deps, owed, e.message)
-      const placement = yield* settleByPlacement(deps, owed, { ms: owed.refusedSinceMs, what: refusedSince })
-      if (placement._tag === "Refused") return placement
-      yield* residents.addPendingCommit(owed)
-      const reason = `move ${owed.moveId} is committed and its target refused the commit earlier without saying that its stream never completed; the target does not answer now (${e.message}) and ${placement._tag === "OnTarget" ? "the session is still placed on it" : placement.why}: the source copy stays paused, asked again on the next pass`
-      yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
-      return { _tag: "Owed", reason } as const
+      // decides again, whatever the target answers now, and the give-up counts on when it cannot
+      // be read. Placed on the target, unanswering now: its earlier plain refusal said that it
+      // boots the session afresh there, so the copy is of no use (kept, it would hold RAM outside
+      // the ledger for as long as the two hosts cannot reach each other).
+      return yield* settlePlainRefusal(deps, owed, e.refused ? e.message : `refused earlier; unanswered now: ${e.message}`)
     }
     if (!e.refused) {
       yield* residents.addPendingCommit(owed)
@@ -1319,7 +1315,10 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean): E
     }
     yield* residents.update(owed.sessionId, (v) => ({ ...v, status: "paused" }))
     const dated = owed.resendSinceMs === undefined ? { ...owed, resendSinceMs: Math.round(yield* nowMs) } : owed
-    const written = dated.resendTold === true || !noStream ? dated : yield* tellResend(deps, dated)
+    // Told on the target's word that it runs nothing (`noStream`), and on every later pass while a
+    // tell it owes went unanswered (`resendTold: false`), whatever the target answers then.
+    const tell = dated.resendTold !== true && (noStream || dated.resendTold === false)
+    const written = tell ? yield* tellResend(deps, dated) : dated
     yield* residents.addPendingCommit(written)
     return written
   })
@@ -1347,8 +1346,9 @@ const tellResend = (deps: SettleDeps, owed: PendingCommit) =>
       yield* Effect.logWarning(`the coordinator refused the resend mark (${told.failure.message}); the debt stays as it is`, fields)
       return { ...owed, resendTold: true }
     }
-    yield* Effect.logWarning(`the coordinator was not told of the resend owed yet (${told.failure.message}); told on the next pass`, fields)
-    return owed
+    yield* Effect.logWarning(`the coordinator was not told of the resend owed yet (${told.failure.message}); told on the next pass, before the target is asked anything`, fields)
+    // Owed (false, not absent): told on every later pass until answered (`owedResend`).
+    return { ...owed, resendTold: false }
   })
 
 /**
@@ -1522,6 +1522,25 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
       yield* Effect.logWarning(`move ${owed.moveId}: the target runs the guest (resumed from the source copy streamed again, or booted afresh after waiting for it: see the target's log); the source copy was destroyed`, { ...fields, target: owed.target!.targetHostId })
       return { _tag: "Acknowledged" } as const
     })
+    /** Still owed, the debt as written already (a tell unanswered this pass: not tried twice). */
+    const owedUntold = (why: string) =>
+      Effect.gen(function* () {
+        const reason = `move ${owed.moveId} is committed but its guest's memory is still only in the paused source copy: ${why}; the copy is kept paused and the coordinator told on the next pass`
+        yield* Effect.logWarning(reason, fields)
+        return { _tag: "Owed", reason } as const
+      })
+    // A tell owed since a pass whose tell went unanswered (after the target's word that it runs
+    // nothing): told first. Still unanswered, the target is not asked to commit (it clears the
+    // mark before any resume: a tell landing late after that would send the session back to this
+    // older copy); the placement is still read (the way back here, ended, elsewhere, the give-up).
+    if (debt.resendTold === false) {
+      debt = yield* owedResend(deps, debt, true)
+      if (debt.resendTold !== true) {
+        const placement = yield* settleByPlacement(deps, debt, { ms: debt.resendSinceMs, what: "the resend debt began" })
+        if (placement._tag !== "OnTarget" && placement._tag !== "Unknown") return placement
+        return yield* owedUntold("the coordinator was not told of the resend owed: the target is not asked to commit while the mark may be unset")
+      }
+    }
     const asked = yield* link.commit(header).pipe(Effect.result)
     if (asked._tag === "Success") return yield* dropCopy
     // Read whenever the target does not run the guest (before every stream sent again included).
@@ -1574,7 +1593,7 @@ const settleResend = (deps: SettleDeps, owed: PendingCommit): Effect.Effect<Sett
     // this stream, and nothing streamed while that tell is unanswered.
     const { resendTold: _told, ...untold } = debt
     debt = yield* owedResend(deps, untold, true)
-    if (debt.resendTold !== true) return yield* stillOwed("the coordinator was not told of the resend owed: not streamed while the mark may be unset")
+    if (debt.resendTold !== true) return yield* owedUntold("the coordinator was not told of the resend owed: not streamed while the mark may be unset")
     const sent = yield* Effect.gen(function* () {
       const endpoint = yield* link.prepare(header)
       const r = yield* runtime.migrate(owed.sessionId, {

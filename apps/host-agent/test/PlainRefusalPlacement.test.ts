@@ -70,7 +70,7 @@ const committedThenRefusedPlainly = Effect.gen(function* () {
     yield* (fleet.hosts[0] as TestHost).agent.reconcile(yield* fleet.coordinator.assignmentsOf("a"))
     yield* fleet.quiesce
   })
-  return { fleet, a, copies, pass, startsBefore }
+  return { fleet, a, copies, pass, startsBefore, link }
 })
 
 describe("a committed move whose target refuses the source's commit without `noStream`", () => {
@@ -139,6 +139,22 @@ describe("a committed move whose target refuses the source's commit without `noS
       const { a, copies, pass } = yield* committedThenRefusedPlainly
       yield* pass
       assert.deepStrictEqual((yield* copies).a, [])
+      assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
+    }),
+  )
+
+  effect("refused plainly while the placement was not known, then the target stops answering and the session reads placed on it: the copy is destroyed (the target boots it afresh there), not kept for as long as the link is down", () =>
+    Effect.gen(function* () {
+      const { fleet, a, copies, pass, link } = yield* committedThenRefusedPlainly
+      yield* fleet.coordinator.olderThanMoveReads(true)
+      yield* pass
+      assert.deepStrictEqual((yield* copies).a, [["s1", "paused"]], "kept while not visible")
+      assert.isNumber((yield* a.residents.pendingCommits)[0]?.refusedSinceMs)
+      yield* fleet.coordinator.olderThanMoveReads(false)
+      link.state = "down"
+      yield* pass
+      // Before: kept paused and owed on every pass the target did not answer, the give-up never counting (the placement known).
+      assert.deepStrictEqual((yield* copies).a, [], "destroyed: the session is placed on the target, which said it boots it afresh")
       assert.deepStrictEqual(yield* a.residents.pendingCommits, [])
     }),
   )

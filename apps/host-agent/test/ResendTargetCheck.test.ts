@@ -89,6 +89,10 @@ interface Faults {
   streamFails: boolean
   /** The target's read of the session fails unanswered (its clear of the mark went through). */
   targetReadFails: boolean
+  /** The source's tell of the mark (`resendOwed` true) goes unanswered. */
+  tellFails: boolean
+  /** The target does not answer its peer link at all (it died). */
+  targetDown: boolean
 }
 
 /**
@@ -97,10 +101,14 @@ interface Faults {
  * paused, owes the resend, and has marked it at the coordinator.
  */
 const resendOwed = Effect.gen(function* () {
-  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false }
+  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false, tellFails: false, targetDown: false }
   const wire = SimWire.inMemory()
   const aReal = yield* realClient(coordinator.url, "a", tokens["a"]!)
-  const aClient: CoordinatorShape = { ...aReal, getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)) }
+  const aClient: CoordinatorShape = {
+    ...aReal,
+    resendOwed: (id, owed) => (faults.tellFails && owed ? Effect.fail(new CoordinatorError({ op: "resendOwed", status: null, message: "connection refused" })) : aReal.resendOwed(id, owed)),
+    getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)),
+  }
   const bReal = yield* realClient(coordinator.url, "b", tokens["b"]!)
   const cut = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
   const bClient = {
@@ -115,6 +123,7 @@ const resendOwed = Effect.gen(function* () {
     prepare: (h) => bTarget.prepare(h),
     commit: (h) =>
       Effect.gen(function* () {
+        if (faults.targetDown) return yield* new PeerError({ op: "commit", moveId: h.moveId, message: "the target does not answer", refused: false })
         commits++
         const resent = commits % 2 === 0
         if (resent) yield* faults.beforeResentCommit
@@ -125,9 +134,14 @@ const resendOwed = Effect.gen(function* () {
     abort: (h) => Effect.asVoid(bTarget.abort(h.moveId)),
   }
   const simRuntime = yield* SimRuntime.make({ startMs: 50 }, wire)
+  /** The source's streams of its copy (`migrate` calls) so far. */
+  const streams = { count: 0 }
   const runtime: typeof simRuntime = {
     ...simRuntime,
-    migrate: (vmId, options) => (faults.streamFails ? Effect.fail(new RuntimeError({ op: "migrate", vmId, message: "the stream was cut partway" })) : simRuntime.migrate(vmId, options)),
+    migrate: (vmId, options) => {
+      streams.count++
+      return faults.streamFails ? Effect.fail(new RuntimeError({ op: "migrate", vmId, message: "the stream was cut partway" })) : simRuntime.migrate(vmId, options)
+    },
   }
   const residents = yield* makeResidents("a", null, () => Effect.void)
   const agent = yield* makeAgent(defaultAgentConfig("a"), {
@@ -173,7 +187,7 @@ const resendOwed = Effect.gen(function* () {
     return yield* store((s) => s.reclaim())
   })
   const markSet = Effect.map(store((s) => s.getMove(move.id)), (m) => m.resendOwed === true)
-  return { faults, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, markSet, moveId: move.id }
+  return { faults, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, markSet, moveId: move.id }
 })
 
 describe("a stream sent again resumes on the target only once the coordinator says so", () => {
@@ -274,7 +288,9 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       // Before: false (the target's clear stood, its 503 taken for no answer).
       assert.isTrue(yield* t.markSet, "the mark set again after the target's \"not yet\"")
       // A pass on the same answer: the target still holds the stream, nothing streamed again.
+      const streamed = t.streams.count
       yield* t.pass
+      assert.strictEqual(t.streams.count, streamed, "not streamed again")
       assert.deepStrictEqual((yield* t.b.residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
       assert.isTrue(yield* t.markSet)
       const result = yield* t.targetDies
@@ -285,4 +301,34 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
     }),
   )
+  for (const variant of ["noStream", "notResumed"] as const)
+    effect(`the source's tell of the mark after the target's ${variant} goes unanswered, then the target stops answering and dies: the tell is made again on the next pass (before the target is asked anything), so the session goes back to the source`, () =>
+      Effect.gen(function* () {
+        const t = yield* resendOwed
+        if (variant === "noStream") {
+          // A stream cut partway: on the next pass the target clears the mark, finds it incomplete, answers noStream.
+          t.faults.streamFails = true
+          yield* t.pass
+          t.faults.tellFails = true
+        } else {
+          // The stream sent again arrives whole (the mark told before it); the target clears the mark, cannot read the placement, answers "not yet".
+          t.faults.targetReadFails = true
+          t.faults.beforeResentCommit = Effect.sync(() => void (t.faults.tellFails = true))
+        }
+        yield* t.pass
+        assert.isFalse(yield* t.markSet, `the target cleared the mark and the source's tell after its ${variant} went unanswered`)
+        assert.deepStrictEqual((yield* t.a.residents.pendingCommits).map((p) => [p.resend, p.resendTold]), [[true, false]], "the tell owed, in the state file")
+        t.faults.tellFails = false
+        t.faults.targetDown = true
+        yield* t.pass
+        // Before: false for every pass the target did not answer (the tell owed was never made), and the session lost.
+        assert.isTrue(yield* t.markSet, "told on the next pass, the target unanswering")
+        const result = yield* t.targetDies
+        assert.deepStrictEqual(result.lostSessions, [])
+        assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
+        yield* t.pass
+        assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed")
+        assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+      }),
+    )
 })

@@ -93,7 +93,9 @@ export interface Options extends ParkGate.Options {
    * `reserveLeadMs` (a slow class: at 2,800 MiB/s and a 20 s lead, above 54.7 GiB) gets as many
    * places as its own arrivals reach with this probability when that is more than
    * `reserveQuantile` gives it; every other class, and the tail from the largest class down, keep
-   * exactly their places. A session of a slow class that finds no place waits a descent longer
+   * exactly their places (unless the list reaches its cap, 256 places: a slow class's extra
+   * places come before the smaller classes'). No descent speed (`descentMibPerSec` 0): no class
+   * is slow. A session of a slow class that finds no place waits a descent longer
    * than the lead. 0.99 since 2026-12-07 (the simulator README's "The holdout's misses, traced":
    * the 128 GiB VMs of a trace queued for a place the 90 % count did not keep); set it to
    * `reserveQuantile` for the rule before.
@@ -618,7 +620,8 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     const places = Math.max(own, tail, burst)
     // A slow class (its room takes longer to make than the lead) may get more places of its own; the
     // tail below it still counts only the places the base quantile gives.
-    const slow = options.reserveSlowClassQuantile > options.reserveQuantile && descentMs(g.memMib) > options.reserveLeadMs
+    // No descent speed (0): no class is slow, as the lead per class then counts none (`perClass`).
+    const slow = options.reserveSlowClassQuantile > options.reserveQuantile && options.descentMibPerSec > 0 && descentMs(g.memMib) > options.reserveLeadMs
     const more = slow ? Math.max(0, groupedQuantile(ownMean, group, options.reserveSlowClassQuantile) - places) : 0
     for (let n = places; n > 0 && out.length < maxCount; n--) out.push(budget)
     counted += places

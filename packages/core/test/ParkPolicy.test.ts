@@ -484,6 +484,9 @@ describe("ParkPolicy", () => {
       expect(slow.slice(0, 2)).toEqual([{ memMib: 128 * GiB, vcpus: 1 }, { memMib: 128 * GiB, vcpus: 1 }])
       // The 2 GiB class (a 0.7 s descent, inside the 20 s lead) keeps exactly its places.
       expect(count(slow, 2)).toBe(count(base, 2))
+      // No descent speed: no class is slow (its descent would be endless), nothing changes.
+      const noSpeed = { ...ParkPolicy.defaultOptions, descentMibPerSec: 0 }
+      expect(ParkPolicy.expectedArrivals(fleet, rate, noSpeed)).toEqual(ParkPolicy.expectedArrivals(fleet, rate, { ...noSpeed, reserveSlowClassQuantile: 0.9 }))
       // With a lead longer than the 128 GiB descent no class is slow: nothing changes.
       const longLead = { ...ParkPolicy.defaultOptions, reserveLeadMs: 60_000 }
       expect(ParkPolicy.expectedArrivals(fleet, rate, { ...longLead, reserveSlowClassQuantile: 0.99 })).toEqual(ParkPolicy.expectedArrivals(fleet, rate, { ...longLead, reserveSlowClassQuantile: 0.9 }))
