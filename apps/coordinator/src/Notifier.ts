@@ -103,7 +103,7 @@ export class WaitEnd extends Context.Service<WaitEnd, WaitEndHandle>()("@engram/
 export interface WaitEndHandle {
   ended: boolean
   /** The watches open under it: each ends its wait. */
-  readonly watches: Set<() => void>
+  readonly watches: Set<{ readonly endWait: () => void }>
 }
 
 /** A handle for `WaitEnd`, not ended. */
@@ -113,7 +113,7 @@ export const makeWaitEnd = (): WaitEndHandle => ({ ended: false, watches: new Se
 export const endWaits = (handle: WaitEndHandle): void => {
   if (handle.ended) return
   handle.ended = true
-  for (const end of handle.watches) end()
+  for (const w of handle.watches) w.endWait()
 }
 
 /** The most a timed-out wait answers before its deadline. */
@@ -129,13 +129,74 @@ export const earlyMs = (timeoutMs: number): number => Math.min(maxEarlyMs, Math.
 /** The wheel's resolution: deadlines in one slot of this many ms are answered in one pass. */
 export const slotMs = 50
 
-interface Entry {
+/** What a `next` answers, one of each (an Effect is a description: shared by every wait). */
+const answers: Readonly<Record<Woken, Effect.Effect<Woken>>> = {
+  changed: Effect.succeed("changed"),
+  missed: Effect.succeed("missed"),
+  timeout: Effect.succeed("timeout"),
+  ended: Effect.succeed("ended"),
+}
+
+/** The registry's part a watch calls into (one per registry). */
+interface Registry {
+  readonly enslot: (e: Entry, slot: number) => void
+  readonly unslot: (e: Entry) => void
+  readonly answer: (e: Entry, why: Woken) => boolean
+  readonly close: (e: Entry) => void
+}
+
+/**
+ * One open watch. A class, its methods on the prototype: an agent's long-poll holds its watch for
+ * up to 30 s, and at 10,000 agents every object a poll holds is copied by the young generation's
+ * collector (once within it, once into the old): no closures of its own per watch and per wait.
+ */
+class Entry implements Watch {
   /** What happened since the last `next` answered: nothing, a possible miss, a change. */
-  pending: Woken | null
-  /** The wait in progress (a `next` suspended), resumed once. */
-  resume: ((why: Woken) => void) | null
+  pending: Woken | null = null
+  /** The wait in progress (a `next` suspended): its fiber's resume, called once. */
+  resume: ((answer: Effect.Effect<Woken>) => void) | null = null
   /** The wheel's slot of the wait in progress, or null. */
-  slot: number | null
+  slot: number | null = null
+  /** The timeout of the `next` being set up, and whether its deadline is exact (read by `begin`). */
+  private timeoutMs = 0
+  private exact = false
+  constructor(
+    readonly registry: Registry,
+    readonly topics: readonly string[],
+    readonly end: WaitEndHandle | null,
+  ) {}
+  /** The wait ended from outside (`WaitEnd`). */
+  endWait(): void {
+    this.registry.answer(this, "ended")
+  }
+  close(): void {
+    this.registry.close(this)
+  }
+  next(timeoutMs: number, options?: { readonly exact?: boolean }): Effect.Effect<Woken> {
+    return Effect.suspend(() => {
+      if (this.end?.ended === true) return answers.ended
+      const already = this.pending
+      this.pending = null
+      if (already !== null) return answers[already]
+      if (!(timeoutMs > 0)) return answers.timeout
+      this.timeoutMs = timeoutMs
+      this.exact = options?.exact === true
+      return Effect.flatMap(Clock.currentTimeMillis, this.begin)
+    })
+  }
+  /** Suspends the wait until `answer` resumes it (or its deadline's slot passes). */
+  private readonly begin = (now: number): Effect.Effect<Woken> =>
+    Effect.callback<Woken>((resume) => {
+      this.resume = resume
+      const t = this.timeoutMs
+      this.registry.enslot(this, this.exact ? now + t : Math.ceil((now + t - earlyMs(t)) / slotMs) * slotMs)
+      // Interrupted (the request went away): out of the wheel at once.
+      return this.interrupted
+    })
+  private readonly interrupted = Effect.sync(() => {
+    this.resume = null
+    this.registry.unslot(this)
+  })
 }
 
 const topicsOf = (topics: readonly (string | null | undefined)[]): string[] => topics.filter((t): t is string => t !== null && t !== undefined && t !== "")
@@ -180,7 +241,7 @@ const make = Effect.gen(function* () {
     if (r === null) return false
     e.resume = null
     unslot(e)
-    r(why)
+    r(answers[why])
     return true
   }
   const sleepUntilRearmed = Effect.callback<void>((resume) => {
@@ -252,41 +313,26 @@ const make = Effect.gen(function* () {
     },
   })
 
-  /** Opens a watch on `topics` (ended with `end`, when given): the watch, and what closes it. */
-  const open = (topics: readonly string[], end: WaitEndHandle | null): { readonly watch: Watch; readonly close: () => void } => {
-    const e: Entry = { pending: null, resume: null, slot: null }
-    all.add(e)
-    for (const t of topics) addTo(byTopic, t, e)
-    const ender = () => void answer(e, "ended")
-    end?.watches.add(ender)
-    const close = () => {
+  const registry: Registry = {
+    enslot,
+    unslot,
+    answer,
+    close: (e) => {
       all.delete(e)
       changedLater.delete(e)
-      for (const t of topics) removeFrom(byTopic, t, e)
-      end?.watches.delete(ender)
+      for (const t of e.topics) removeFrom(byTopic, t, e)
+      e.end?.watches.delete(e)
       e.resume = null
       unslot(e)
-    }
-    const next: Watch["next"] = (timeoutMs, options) =>
-      Effect.suspend(() => {
-        if (end?.ended === true) return Effect.succeed<Woken>("ended")
-        const already = e.pending
-        e.pending = null
-        if (already !== null) return Effect.succeed(already)
-        if (!(timeoutMs > 0)) return Effect.succeed<Woken>("timeout")
-        return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          Effect.callback<Woken>((resume) => {
-            e.resume = (why) => resume(Effect.succeed(why))
-            enslot(e, options?.exact === true ? now + timeoutMs : Math.ceil((now + timeoutMs - earlyMs(timeoutMs)) / slotMs) * slotMs)
-            // Interrupted (the request went away): out of the wheel at once.
-            return Effect.sync(() => {
-              e.resume = null
-              unslot(e)
-            })
-          }),
-        )
-      })
-    return { watch: { next }, close }
+    },
+  }
+  /** Opens a watch on `topics` (ended with `end`, when given); `close` closes it. */
+  const open = (topics: readonly string[], end: WaitEndHandle | null): Entry => {
+    const e = new Entry(registry, topics, end)
+    all.add(e)
+    for (const t of topics) addTo(byTopic, t, e)
+    end?.watches.add(e)
+    return e
   }
   const endOf = (handle: Option.Option<WaitEndHandle>): WaitEndHandle | null => (handle._tag === "Some" ? handle.value : null)
   const watch: NotifierShape["watch"] = (topics) =>
@@ -294,9 +340,9 @@ const make = Effect.gen(function* () {
       Effect.map(
         Effect.acquireRelease(
           Effect.sync(() => open(topics, endOf(handle))),
-          (w) => Effect.sync(w.close),
+          (w) => Effect.sync(() => w.close()),
         ),
-        (w) => w.watch,
+        (w): Watch => w,
       ),
     )
   // Without a scope: a scope's finalizer runs in the context its resource was acquired in, which
@@ -305,8 +351,8 @@ const make = Effect.gen(function* () {
     Effect.flatMap(Effect.serviceOption(WaitEnd), (handle) =>
       Effect.acquireUseRelease(
         Effect.sync(() => open(topics, endOf(handle))),
-        (w) => use(w.watch),
-        (w) => Effect.sync(w.close),
+        use,
+        (w) => Effect.sync(() => w.close()),
       ),
     )
 
