@@ -24,54 +24,22 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe } from "@effect/vitest"
-import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
-import { Limits } from "@engram/core"
-import { StoreSim } from "@engram/store-sim"
 import { ImageStore, SimRuntime } from "@engram/runtime"
 import { Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { afterEach, beforeEach } from "vitest"
 import { makeAgent } from "../src/Agent.js"
 import { defaultAgentConfig } from "../src/Host.js"
 import { makeMoveTarget, type MoveTarget } from "../src/MoveTarget.js"
 import * as PeerLink from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
-import { adminCall } from "./support/Admin.js"
-import { onStore, realClient, skewedStore } from "./support/RealCoordinator.js"
+import { realClient, twoHostCoordinator } from "./support/RealCoordinator.js"
 
 const adminToken = "dead-target-admin-token-0123456789"
-/** The coordinator's stale window: long, so a stall of the machine between the source's report and the reclaim never makes the source look silent (the test moves the store's clock past it). */
-const windowMs = 60_000
-const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
-const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
-let coordinator: RunningCoordinator
-/** The coordinator's store, its clock moved on by the test (`skewedStore`). */
-let storeClock: ReturnType<typeof skewedStore>
-const tokens: Record<string, string> = {}
-
-const admin = adminCall(() => coordinator.url, adminToken)
-
-beforeEach(async () => {
-  storeClock = skewedStore(StoreSim.layer({ limits }))
-  coordinator = await startCoordinator({
-    store: storeClock.layer,
-    reaper: false,
-    logLevel: "None",
-    config: { port: 0, adminToken, moveTimeoutMs: 600_000, limits },
-  })
-  for (const id of ["a", "b"]) {
-    tokens[id] = (await admin("POST", "/v1/hosts", { id })).body.token as string
-    assert.strictEqual((await admin("PUT", `/v1/hosts/${id}/report`, measure)).status, 200)
-  }
-})
-afterEach(() => coordinator?.stop())
+const { measure, tokens, admin, url, store, pastWindow } = twoHostCoordinator(adminToken)
 
 /** Host `hostId`'s coordinator client: the agent's own, its requests timed on the real clock. */
-const clientOf = (hostId: string) => realClient(coordinator.url, hostId, tokens[hostId]!)
-
-/** The coordinator's store, as the admin steps of a test use it. */
-const store = onStore(() => coordinator)
+const clientOf = (hostId: string) => realClient(url(), hostId, tokens[hostId]!)
 
 /** The source agent on the real coordinator; its peer link knows no target (`b` is gone: every call to it goes unanswered). */
 const sourceAgent = Effect.gen(function* () {
@@ -136,7 +104,7 @@ const movedToDeadTarget = (owes: boolean, sourcePassesWhileOwed = 0) =>
       yield* a.residents.remove("s1")
     }
     // b is gone for good: past the stale window (the store's clock moved on, not waited out) only a reports.
-    storeClock.advance(windowMs + 500)
+    pastWindow()
     yield* a.client.report(measure, [])
     return { a, ranMs: ranMs! }
   })

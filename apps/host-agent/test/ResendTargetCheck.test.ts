@@ -31,13 +31,9 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe } from "@effect/vitest"
-import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
-import { Limits } from "@engram/core"
-import { StoreSim } from "@engram/store-sim"
 import { ImageStore, RuntimeError, SimRuntime, SimWire } from "@engram/runtime"
 import { Clock, Effect } from "effect"
 import { TestClock } from "effect/testing"
-import { afterEach, beforeEach } from "vitest"
 import { makeAgent } from "../src/Agent.js"
 import { type CoordinatorShape, CoordinatorError, notVisible } from "../src/Coordinator.js"
 import { defaultAgentConfig } from "../src/Host.js"
@@ -45,36 +41,10 @@ import { makeMoveTarget, PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
 import { makeResidents } from "../src/Residents.js"
 import { effect } from "./support/PatientClock.js"
-import { adminCall } from "./support/Admin.js"
-import { onStore, realClient, skewedStore } from "./support/RealCoordinator.js"
+import { realClient, twoHostCoordinator } from "./support/RealCoordinator.js"
 
 const adminToken = "resend-check-admin-token-0123456789"
-/** The coordinator's stale window: long, so a stall of the machine between the source's report and the reclaim never makes the source look silent (the test moves the store's clock past it). */
-const windowMs = 60_000
-const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
-const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
-let coordinator: RunningCoordinator
-let storeClock: ReturnType<typeof skewedStore>
-const tokens: Record<string, string> = {}
-
-const admin = adminCall(() => coordinator.url, adminToken)
-
-beforeEach(async () => {
-  storeClock = skewedStore(StoreSim.layer({ limits }))
-  coordinator = await startCoordinator({
-    store: storeClock.layer,
-    reaper: false,
-    logLevel: "None",
-    config: { port: 0, adminToken, moveTimeoutMs: 600_000, limits },
-  })
-  for (const id of ["a", "b"]) {
-    tokens[id] = (await admin("POST", "/v1/hosts", { id })).body.token as string
-    assert.strictEqual((await admin("PUT", `/v1/hosts/${id}/report`, measure)).status, 200)
-  }
-})
-afterEach(() => coordinator?.stop())
-
-const store = onStore(() => coordinator)
+const { measure, tokens, admin, url, store, pastWindow } = twoHostCoordinator(adminToken)
 
 interface Faults {
   /** The target's calls to the coordinator fail unanswered (it is cut off from it). */
@@ -103,13 +73,13 @@ interface Faults {
 const resendOwed = Effect.gen(function* () {
   const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false, tellFails: false, targetDown: false }
   const wire = SimWire.inMemory()
-  const aReal = yield* realClient(coordinator.url, "a", tokens["a"]!)
+  const aReal = yield* realClient(url(), "a", tokens["a"]!)
   const aClient: CoordinatorShape = {
     ...aReal,
     resendOwed: (id, owed) => (faults.tellFails && owed ? Effect.fail(new CoordinatorError({ op: "resendOwed", status: null, message: "connection refused" })) : aReal.resendOwed(id, owed)),
     getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)),
   }
-  const bReal = yield* realClient(coordinator.url, "b", tokens["b"]!)
+  const bReal = yield* realClient(url(), "b", tokens["b"]!)
   const cut = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
   const bClient = {
     resendOwed: (id: string, owed: boolean) => (faults.targetCutOff ? cut("resendOwed") : bReal.resendOwed(id, owed)),
@@ -182,7 +152,7 @@ const resendOwed = Effect.gen(function* () {
   yield* bResidents.noteUnfinished({ sessionId: "s1", moveId: move.id, notedAt: yield* Clock.currentTimeMillis })
   /** b is gone for good: past the stale window on the store's clock (moved, never waited out) only a reports; then the reaper's pass. */
   const targetDies = Effect.gen(function* () {
-    storeClock.advance(windowMs + 500)
+    pastWindow()
     yield* aClient.report(measure, [])
     return yield* store((s) => s.reclaim())
   })

@@ -1,11 +1,16 @@
 // What the tests against a real coordinator in this process (`startCoordinator`) share: a host's
 // agent client over HTTP with its requests timed on the real clock (the test's own runs on a
 // TestClock), and the coordinator's store for a test's admin steps.
-import type { RunningCoordinator } from "@engram/coordinator"
+import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
+import { Limits } from "@engram/core"
 import { Store, type StoreShape } from "@engram/store"
 import { Clock, Effect, Layer, Redacted } from "effect"
 import { FetchHttpClient } from "effect/http"
+import { StoreSim } from "@engram/store-sim"
+import { assert } from "@effect/vitest"
+import { afterEach, beforeEach } from "vitest"
 import { type CoordinatorShape, makeHttp } from "../../src/Coordinator.js"
+import { adminCall } from "./Admin.js"
 
 const liveClock = Effect.runSync(Clock.clockWith(Effect.succeed))
 const live = <A, E>(eff: Effect.Effect<A, E>) => Effect.provideService(eff, Clock.Clock, liveClock)
@@ -75,4 +80,41 @@ export const skewedStore = <E>(inner: Layer.Layer<Store, E>) => {
     }),
   ).pipe(Layer.provide(inner))
   return { layer, advance: (ms: number) => void (aheadMs += ms) }
+}
+
+/**
+ * A real coordinator in this process for each test of the file (StoreSim on `skewedStore`, reaper
+ * off), hosts `a` and `b` registered and reported (`measure`): what the tests of a move between
+ * them over a real coordinator share. Its stale window is long (60 s), so a stall of the machine
+ * between a source's report and a reclaim never makes the source look silent; `pastWindow` moves
+ * the store's clock past it, nothing waited out in real time.
+ */
+export const twoHostCoordinator = (adminToken: string) => {
+  const windowMs = 60_000
+  const limits = { ...Limits.defaults, heartbeatStaleWindowMs: windowMs }
+  const measure = { totalMib: 16384, allocatableMib: 15360, totalVcpus: 8 }
+  let running: RunningCoordinator | undefined
+  let clock: ReturnType<typeof skewedStore> | undefined
+  const tokens: Record<string, string> = {}
+  const url = () => running!.url
+  const admin = adminCall(url, adminToken)
+  beforeEach(async () => {
+    clock = skewedStore(StoreSim.layer({ limits }))
+    running = await startCoordinator({ store: clock.layer, reaper: false, logLevel: "None", config: { port: 0, adminToken, moveTimeoutMs: 600_000, limits } })
+    for (const id of ["a", "b"]) {
+      tokens[id] = (await admin("POST", "/v1/hosts", { id })).body.token as string
+      assert.strictEqual((await admin("PUT", `/v1/hosts/${id}/report`, measure)).status, 200)
+    }
+  })
+  afterEach(() => running?.stop())
+  return {
+    measure,
+    tokens,
+    admin,
+    url,
+    /** `f` on the coordinator's store (a test's admin steps). */
+    store: onStore(() => running!),
+    /** The store's clock moved past the stale window: only hosts that report from now on are heard. */
+    pastWindow: () => clock!.advance(windowMs + 500),
+  }
 }
