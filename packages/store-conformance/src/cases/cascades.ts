@@ -104,13 +104,21 @@ const committedUnconfirmed = (sourceHeard: boolean, resend = true) =>
 /** `s1` reclaimed from `dst` and lost: no way back was taken. */
 const lostNotReturned = Effect.gen(function* () {
   const s = yield* store
-  const result = yield* s.reclaim()
-  expect(result.lostSessions).toStrictEqual(["s1"])
-  expect(result.returned).toBeUndefined()
-  expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+  yield* lostBeside(null)
   expect((yield* s.getHost("src")).headroom.reserved.memMib).toBe(0)
-  yield* expectInvariants
 })
+
+/** The reclaim loses s1 (never sent back), and the ledger holds only `filler` (when given) after it. */
+const lostBeside = (filler: { readonly id: string } | null) =>
+  Effect.gen(function* () {
+    const s = yield* store
+    const result = yield* s.reclaim()
+    expect(result.lostSessions).toStrictEqual(["s1"])
+    expect(result.returned).toBeUndefined()
+    expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
+    if (filler !== null) expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([filler.id])
+    yield* expectInvariants
+  })
 
 /** A finished move refuses every change as a Conflict on the move, and nothing changes. */
 const refusesEverything = (moveId: string) =>
@@ -479,12 +487,7 @@ export const cascades: Group = {
         // The room taken while it was ready (external reservations land only on ready hosts), then cordoned.
         const filler = yield* s.reserve({ id: "filler", hostId: "src", ownerKind: "external", ownerId: "op", memMib: 3072, vcpus: 1 })
         yield* s.setHostState("src", "cordoned")
-        const result = yield* s.reclaim()
-        expect(result.lostSessions).toStrictEqual(["s1"])
-        expect(result.returned).toBeUndefined()
-        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
-        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([filler.id])
-        yield* expectInvariants
+        yield* lostBeside(filler)
       }),
     ),
     kase(
@@ -515,12 +518,7 @@ export const cascades: Group = {
         yield* committedUnconfirmed(true)
         // The source's room taken meanwhile (its reservation live): s1 no longer fits there.
         const filler = yield* s.reserve({ id: "filler", hostId: "src", ownerKind: "external", ownerId: "op", memMib: 3072, vcpus: 1 })
-        const result = yield* s.reclaim()
-        expect(result.lostSessions).toStrictEqual(["s1"])
-        expect(result.returned).toBeUndefined()
-        expect(yield* s.getSession("s1")).toMatchObject({ state: "lost", hostId: null })
-        expect((yield* reservationsNow(s)).map((r) => r.id)).toStrictEqual([filler.id])
-        yield* expectInvariants
+        yield* lostBeside(filler)
       }),
     ),
     kase(
