@@ -274,18 +274,15 @@ export const Move = Schema.Struct({
   /**
    * The source's mark (`POST /v1/moves/{id}/resend`): true while the move's source holds the
    * guest's only whole copy, paused, and owes its target the stream (a move committed without
-   * phases whose target never got a complete stream); should the target die, the session goes
-   * back to the source. False when never marked or settled. Absent from a coordinator older than
-   * the field: read it as false (`resendOwedOf`).
+   * phases whose target never got a complete stream); should the target die while it is set, the
+   * session goes back to the source. False when never marked or settled. Absent from a
+   * coordinator older than the field: read it as false (the client does: `withResendOwed`).
    */
   resendOwed: Schema.optionalKey(Schema.Boolean),
   createdAt: Num,
   endedAt: NullableNum,
 })
 export type Move = typeof Move.Type
-
-/** Whether the move's source owes its target a resend (`Move.resendOwed`); false when an older coordinator left it out. */
-export const resendOwedOf = (m: Pick<Move, "resendOwed">): boolean => m.resendOwed === true
 
 /**
  * A move as a host's assignments carry it: with `targetPeerUrl`, where the target's agent serves
