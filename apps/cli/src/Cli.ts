@@ -239,7 +239,14 @@ const offBy = (ms: number) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))}
  */
 const resendOwedText = "owed: the source holds the only copy of the guest (paused) and owes the target the stream; should the target die while this is set (the source sets it again whenever the target answers that it runs nothing), the session goes back to the source"
 
-/** One move for a person: its hosts and state, its pause by phase, what its downtime guard decided on, and whether its source owes a resend. */
+/** Who committed a move, for a person. */
+const committedByText: Record<Records.MoveCommittedBy, string> = {
+  source: "its source (phases measured)",
+  target: "its target's resolution (it runs the guest)",
+  operator: "an operator (engram moves commit)",
+}
+
+/** One move for a person: its hosts and state, who committed it, its pause by phase, what its downtime guard decided on, and whether its source owes a resend. */
 const moveText = (m: Move): string => {
   const g = m.guard ?? null
   const allowanceFrom = (x: Records.MoveGuard) => allowanceSourceText(x.allowanceSource, x.allowanceSamples)
@@ -248,6 +255,7 @@ const moveText = (m: Move): string => {
     ["session", m.sessionId],
     ["from → to", `${m.sourceHostId} → ${m.targetHostId}`],
     ["state", m.state === "pending" && m.rounds.some((r) => r.kind === "final" || r.kind === "intent") ? "pending (in doubt: past the point of no return)" : m.state],
+    ...(m.committedBy === null ? [] : ([["committed by", committedByText[m.committedBy]]] as const)),
     ["budget", Format.duration(m.maxDowntimeMs)],
     ["rounds", m.rounds.length === 0 ? "none" : m.rounds.map((r) => r.kind).join(", ")],
     ...(m.phases === null
@@ -773,14 +781,15 @@ const moves = Command.make("moves").pipe(
           m.sourceHostId,
           m.targetHostId,
           m.state,
+          m.committedBy ?? "-",
           m.state === "pending" && m.rounds.some((r) => r.kind === "final" || r.kind === "intent") ? "in doubt" : "-",
           m.resendOwed ? "owed: source holds the only copy" : "-",
         ])
-        yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "FINAL ROUND", "RESEND"], rows))
+        yield* print(rows.length === 0 ? "no moves" : Format.table(["MOVE", "SESSION", "FROM", "TO", "STATE", "BY", "FINAL ROUND", "RESEND"], rows))
       }),
     ).pipe(
       Command.withDescription(
-        "moves, oldest first; an in-doubt one (final round recorded, still pending) is marked, and so is one whose source owes a resend (RESEND: it holds the only copy of the guest and owes the target the stream)",
+        "moves, oldest first, a committed one with who committed it (BY: source, target or operator); an in-doubt one (final round recorded, still pending) is marked, and so is one whose source owes a resend (RESEND: it holds the only copy of the guest and owes the target the stream)",
       ),
     ),
     Command.make("show", { id: id("the move") }, (a) =>

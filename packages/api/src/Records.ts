@@ -36,6 +36,13 @@ export type NoFitReason = KnownNoFitReason | (string & {})
 export const NoFitReason: Schema.Codec<NoFitReason> = Schema.Union([KnownNoFitReason, Schema.String])
 /** A live move's state. */
 export const MoveState = Schema.Literals(Names.moveStates)
+/**
+ * Who committed a move: `source` (its commit with the phases it measured: the normal path),
+ * `target` (the target host's resolution: it runs the guest) or `operator` (the admin's resolve,
+ * `engram moves commit`).
+ */
+export const MoveCommittedBy = Schema.Literals(Names.moveCommittedBy)
+export type MoveCommittedBy = typeof MoveCommittedBy.Type
 export type MoveState = typeof MoveState.Type
 /** The kind of a pre-copy round. */
 export const RoundKind = Schema.Literals(Names.roundKinds)
@@ -279,6 +286,12 @@ export const Move = Schema.Struct({
    * coordinator older than the field: read it as false (the client does: `withResendOwed`).
    */
   resendOwed: Schema.optionalKey(Schema.Boolean),
+  /**
+   * Who committed the move (`MoveCommittedBy`); null while it is not committed, or when it was
+   * committed before the coordinator kept it. Absent from an older coordinator, or one whose
+   * store keeps none: read it as null (the client does: `withResendOwed`).
+   */
+  committedBy: Schema.optionalKey(Schema.NullOr(MoveCommittedBy)),
   createdAt: Num,
   endedAt: NullableNum,
 })

@@ -88,13 +88,15 @@ export type MoveOptions = Input<Payloads.StartMove>
 
 /**
  * A move as the client answers it: the API's record with `resendOwed` always there (true while the
- * move's source holds the guest's only whole copy, paused, and owes its target the stream). A
- * coordinator older than the field leaves it out: it reads as false.
+ * move's source holds the guest's only whole copy, paused, and owes its target the stream) and
+ * `committedBy` always there (who committed it: `source`, `target` or `operator`; null while not
+ * committed). A coordinator older than a field leaves it out: `resendOwed` reads as false,
+ * `committedBy` as null.
  */
-export type Move = Records.Move & { readonly resendOwed: boolean }
+export type Move = Records.Move & { readonly resendOwed: boolean; readonly committedBy: Records.MoveCommittedBy | null }
 
-/** The move with `resendOwed` as a boolean (false when the coordinator left it out). */
-export const withResendOwed = (m: Records.Move): Move => ({ ...m, resendOwed: m.resendOwed === true })
+/** The move with `resendOwed` as a boolean (false when the coordinator left it out) and `committedBy` (null when left out). */
+export const withResendOwed = (m: Records.Move): Move => ({ ...m, resendOwed: m.resendOwed === true, committedBy: m.committedBy ?? null })
 
 /** `moves.list`'s filter. */
 export interface MovesQuery extends Page.PageQuery {

@@ -7,6 +7,7 @@
 import type * as Downtime from "./Downtime.js"
 import type { Limits } from "./Limits.js"
 import { hasControlCharacter } from "./Names.js"
+import type { MoveCommittedBy } from "./Names.js"
 import { isSilent } from "./Placement.js"
 import * as Plan from "./Plan.js"
 
@@ -70,6 +71,13 @@ export const guardOf = (r: GuardReport, phases: Phases): Guard => ({
   allowanceErrorMs: r.allowanceMs - phases.commitMs,
 })
 
+/**
+ * Who committed a move: its `source` (`POST /v1/moves/{id}/commit` with the phases it measured:
+ * the normal path), its `target`'s resolution (the target host reports that it runs the guest),
+ * or an `operator` (the admin's resolve, `engram moves commit`). The list: `Names.moveCommittedBy`.
+ */
+export type CommittedBy = MoveCommittedBy
+
 /** A live move of a running session. Times are epoch ms. */
 export interface Record {
   readonly id: string
@@ -95,6 +103,12 @@ export interface Record {
    * (`Reclaim.wayBackOf`). False when never marked or cleared, and in a store that keeps no mark.
    */
   readonly resendOwed: boolean
+  /**
+   * Who committed the move (`CommittedBy`); null while it is not committed, or when it was
+   * committed before the record kept it. Optional: a store that keeps none may leave it out
+   * (read a missing one as null).
+   */
+  readonly committedBy?: CommittedBy | null
   readonly createdAt: number
   readonly endedAt: number | null
 }

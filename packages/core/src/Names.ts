@@ -27,6 +27,14 @@ export type MoveState = "pending" | "committed" | "aborted"
 export const moveStates = every<MoveState>()(["pending", "committed", "aborted"])
 
 /**
+ * Who committed a move: its `source` (its commit with the phases it measured), its `target`'s
+ * resolution (it runs the guest) or an `operator` (the admin's resolve, `engram moves commit`).
+ */
+export type MoveCommittedBy = "source" | "target" | "operator"
+/** Every `MoveCommittedBy`. */
+export const moveCommittedBy = every<MoveCommittedBy>()(["source", "target", "operator"])
+
+/**
  * The kind of a move's record (SPEC §5): a pre-copy round (`full`, `delta`), the source's
  * `intent` (recorded with the guest still running: the next round is the final one, and the
  * target may run the guest once that stream is complete; it carries no figures), the `final` round.

@@ -239,6 +239,8 @@ export type Step =
       readonly phases: Move.Phases | null
       /** The source guard's figures, kept on the move with their errors (only beside measured phases). */
       readonly guard?: Move.GuardReport | null | undefined
+      /** Who commits (`Move.committedBy`); absent: its `source` beside measured phases, else not said (null). */
+      readonly by?: Move.CommittedBy | null | undefined
     }
   | {
       readonly _tag: "abortMove"
@@ -721,6 +723,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         abortEstimateMs: null,
         guard: null,
         resendOwed: false,
+        committedBy: null,
         createdAt: now,
         endedAt: null,
       }
@@ -749,7 +752,17 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         { ...s, state: "running", hostId: m.targetHostId, reservationId: m.reservationId, parkedAt: null, lastActiveAt: now, updatedAt: now },
         now,
         ledger,
-        { _tag: "Update", move: { ...m, state: "committed", phases, guard: phases === null || op.guard == null ? null : Move.guardOf(op.guard, phases), endedAt: now } },
+        {
+          _tag: "Update",
+          move: {
+            ...m,
+            state: "committed",
+            phases,
+            guard: phases === null || op.guard == null ? null : Move.guardOf(op.guard, phases),
+            committedBy: op.by ?? (phases === null ? null : "source"),
+            endedAt: now,
+          },
+        },
         [{ _tag: "Moved", moveId: m.id, fromHostId: m.sourceHostId, toHostId: m.targetHostId, phases }],
       )
     }

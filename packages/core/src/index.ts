@@ -26,4 +26,4 @@ export type { Candidate, HostState, NoFitDetail, NoFitReason, Request as Placeme
 export type { FleetHost, FleetView, Park, Queued, Yield, YieldReason } from "./ParkGate.js"
 export type { Entry as LedgerEntry, OwnerKind } from "./Ledger.js"
 export type { State as SessionState } from "./Session.js"
-export type { MoveState, RoundKind } from "./Names.js"
+export type { MoveCommittedBy, MoveState, RoundKind } from "./Names.js"

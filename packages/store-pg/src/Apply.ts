@@ -38,7 +38,7 @@ const rowsOf = (key: string, columns: string): SQL =>
   sql.raw(`select * from jsonb_to_recordset((select d->'${key}' from doc)) as x(${columns})`)
 
 const moveColumns =
-  "p int, id text, sid text, src text, dst text, rid text, max float8, state text, rounds jsonb, phases jsonb, reason text, est float8, cat bigint, eat bigint"
+  "p int, id text, sid text, src text, dst text, rid text, max float8, state text, rounds jsonb, phases jsonb, reason text, est float8, cby text, cat bigint, eat bigint"
 
 /** The statement of a group, its rows as one jsonb parameter (the text never changes: it is prepared once per connection). */
 // A session's last_active_at only moves forward (greatest): activity an agent reported after a
@@ -121,7 +121,7 @@ export const applySql = (doc: string): SQL => sql`with doc as (select ${doc}::js
     ),
     ou as (
       update moves set state = mu.state, rounds = mu.rounds, phases = nullif(mu.phases, 'null'::jsonb), abort_reason = mu.reason,
-        abort_estimate_ms = mu.est, ended_at = mu.eat
+        abort_estimate_ms = mu.est, committed_by = coalesce(mu.cby, moves.committed_by), ended_at = mu.eat
       from mu join ok using (p) where moves.id = mu.id
     ),
     ev as (
@@ -218,6 +218,7 @@ export const docOf = (plans: readonly Plan.Plan[], fence: LeaseFence | null = nu
         phases: m.phases,
         reason: m.abortReason,
         est: m.abortEstimateMs,
+        cby: m.committedBy ?? null,
         cat: m.createdAt,
         eat: m.endedAt,
       })

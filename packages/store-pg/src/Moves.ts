@@ -228,11 +228,11 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
         )
       }).pipe(dieOnUnique),
 
-    commitMove: (moveId, phases, guard) =>
+    commitMove: (moveId, phases, guard, by) =>
       Effect.suspend((): Effect.Effect<Move.Record, NotFound | Conflict | InvalidInput | Unavailable> => {
-        const bad = phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard)))
+        const bad = Validate.committedBy(by) ?? (phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard))))
         if (bad) return Effect.fail(bad)
-        return finish(moveId, (_, m) => Effect.succeed(Move.refuseCommit(m, phases !== null)), (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null }), keepCommit)
+        return finish(moveId, (_, m) => Effect.succeed(Move.refuseCommit(m, phases !== null)), (move) => ({ _tag: "commitMove", move, phases, guard: guard ?? null, by }), keepCommit)
       }),
 
     // Judged under the session's and the move's row locks and, before the final round, the source
@@ -251,7 +251,7 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const source = yield* lockHostReported(tx, m.sourceHostId)
             return Move.refuseOperatorCommit(m, source ?? null, t, limits())
           }),
-        (move) => ({ _tag: "commitMove", move, phases: null, guard: null }),
+        (move) => ({ _tag: "commitMove", move, phases: null, guard: null, by: "operator" }),
       ),
 
     abortMove: (moveId, reason, options = {}) =>

@@ -189,6 +189,8 @@ export const moves = pgTable(
      * whole copy, paused. Opens the way back to the source when the target dies (core's `Reclaim.wayBackOf`).
      */
     resendOwed: boolean("resend_owed").notNull().default(false),
+    /** Who committed the move (core's `Move.CommittedBy`); null while not committed, or committed before the column (migration 0022). */
+    committedBy: text("committed_by").$type<"source" | "target" | "operator">(),
     createdAt: ms("created_at").notNull(),
     endedAt: ms("ended_at"),
   },
@@ -196,6 +198,7 @@ export const moves = pgTable(
     check("moves_state_check", sql`${t.state} in ('pending', 'committed', 'aborted')`),
     check("moves_max_downtime_check", sql`${t.maxDowntimeMs} > 0`),
     check("moves_target_check", sql`${t.sourceHostId} <> ${t.targetHostId}`),
+    check("moves_committed_by_check", sql`${t.committedBy} in ('source', 'target', 'operator')`),
     // One open move per session.
     uniqueIndex("moves_open_idx").on(t.sessionId).where(sql`${t.state} = 'pending'`),
     // listMoves, oldest first, by host (source or target).

@@ -108,6 +108,8 @@ interface MoveRec {
   abortReason: string | null
   abortEstimateMs: number | null
   guard: Move.Guard | null
+  /** Who committed it (`Move.committedBy`); null while not committed. */
+  committedBy?: Move.CommittedBy | null | undefined
   createdAt: number
   endedAt: number | null
 }
@@ -484,7 +486,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   // ---- moves -------------------------------------------------------------------------------
 
   /** The record of a move, with its source's resend mark (kept apart, as store-pg keeps it beside the record's columns). */
-  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds], resendOwed: resendOwed.has(m.id) })
+  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds], resendOwed: resendOwed.has(m.id), committedBy: m.committedBy ?? null })
   const findMove = (id: string) => {
     const m = moves.get(id)
     return m === undefined ? Effect.fail(new NotFound({ entity: "move", id })) : Effect.succeed(m)
@@ -1134,13 +1136,13 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return moveOf(m)
       }),
 
-    commitMove: (moveId, phases, guard) =>
+    commitMove: (moveId, phases, guard, by) =>
       Effect.gen(function* () {
-        const bad = phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard)))
+        const bad = Validate.committedBy(by) ?? (phases === null ? null : (Validate.phases(phases) ?? (guard == null ? null : Validate.guard(guard))))
         if (bad) return yield* bad
         const m = yield* findMove(moveId)
         const t = yield* now
-        const done = yield* stepMove(m, { _tag: "commitMove", move: moveOf(m), phases, guard: guard ?? null }, t)
+        const done = yield* stepMove(m, { _tag: "commitMove", move: moveOf(m), phases, guard: guard ?? null, by }, t)
         if (done.phases !== null) {
           const key = `${done.sourceHostId} ${done.targetHostId}`
           const kept = Downtime.recordTimedCommit(pairs.get(key) ?? { commitsMs: [], recordedAtMs: [] }, done.phases.commitMs, t)
@@ -1158,7 +1160,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         const t = yield* now
         const refused = Move.refuseOperatorCommit(m, hosts.get(m.sourceHostId) ?? null, t, limits)
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
-        return yield* stepMove(m, { _tag: "commitMove", move: moveOf(m), phases: null, guard: null }, t)
+        return yield* stepMove(m, { _tag: "commitMove", move: moveOf(m), phases: null, guard: null, by: "operator" }, t)
       }),
 
     listPairCommits: (filter = {}) =>

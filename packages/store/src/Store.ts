@@ -27,6 +27,7 @@ import type {
   HostAssignments,
   HostView,
   Move,
+  MoveCommittedBy,
   MoveGuardReport,
   MovePhases,
   MoveFilter,
@@ -318,11 +319,22 @@ export interface StoreShape {
    * recent commits with the time it is recorded (`listPairCommits`), the policy's window of them
    * kept (core's `Downtime.recordTimedCommit`: never before a time the pair keeps, and the pair's
    * `updatedAt` is then that time).
+   * `by`: who commits, kept on the move (`Move.committedBy`; store-pg's `moves.committed_by`) and
+   * shown on every read of it: `source` (the source's commit with its phases), `target` (the
+   * target's resolution) or `operator` (the admin's word; `commitMoveByOperator` keeps it itself).
+   * Absent: `source` beside phases, else null (not said). Any other value is `InvalidInput`
+   * naming `by`, nothing changed. A store written before the field may ignore `by` (the record's
+   * `committedBy` is optional; the coordinator then shows none).
    */
-  readonly commitMove: (moveId: string, phases: MovePhases | null, guard?: MoveGuardReport | null) => Fx<Move, NotFound | Conflict | InvalidInput>
+  readonly commitMove: (
+    moveId: string,
+    phases: MovePhases | null,
+    guard?: MoveGuardReport | null,
+    by?: MoveCommittedBy | null,
+  ) => Fx<Move, NotFound | Conflict | InvalidInput>
   /**
    * An operator's commit of a move in doubt (`engram moves commit`, the coordinator's resolve with
-   * the admin's word; SPEC §13): `commitMove(moveId, null)` judged by core's
+   * the admin's word; SPEC §13): `commitMove(moveId, null, null, "operator")` judged by core's
    * `Move.refuseOperatorCommit` against the move's source host as it is at the commit, in the same
    * atomic step: before the final round is recorded, refused (`Conflict`, that rule's reason,
    * nothing changed) while the source is heard (its last report within the stale window), a
@@ -331,7 +343,7 @@ export interface StoreShape {
    * which a report holds while it writes). A source host removed is not heard.
    *
    * Optional: on a store without it the coordinator judges the rule on a read of the source host
-   * of its own, then calls `commitMove(moveId, null)`: two steps, so a source heard between them is
+   * of its own, then calls `commitMove(moveId, null, null, "operator")`: two steps, so a source heard between them is
    * not refused.
    */
   readonly commitMoveByOperator?: ((moveId: string) => Fx<Move, NotFound | Conflict>) | undefined

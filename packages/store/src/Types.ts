@@ -292,6 +292,8 @@ export type MovePhases = core.Move.Phases
 
 /** What the source's downtime guard decided a move on, as it reports it with the commit. */
 export type MoveGuardReport = core.Move.GuardReport
+/** Who committed a move (core's `Move.CommittedBy`): `source`, `target` or `operator`. */
+export type MoveCommittedBy = core.Move.CommittedBy
 
 /** The guard's figures a committed move keeps: its report and its errors. */
 export type MoveGuard = core.Move.Guard

@@ -385,6 +385,12 @@ export const phases = (p: { downtimeMs: number; captureMs: number; sendMs: numbe
     : new InvalidInput({ field: "downtimeMs", rule: "must be >= captureMs + sendMs + commitMs" })
 }
 
+/** Who commits a move (`commitMove`'s `by`): absent, or one of core's `Names.moveCommittedBy`. */
+export const committedBy = (by: unknown): InvalidInput | null =>
+  by == null || Names.moveCommittedBy.includes(by as Move.CommittedBy)
+    ? null
+    : new InvalidInput({ field: "by", rule: `must be one of ${Names.moveCommittedBy.join(", ")}` })
+
 /** The default number of items of a page. */
 export const defaultPageLimit = 100
 /** The most items a page may hold. */

@@ -51,7 +51,7 @@ export const MovesHandlers = HandlerGroup.make(
               const refused = CoreMove.refuseOperatorCommit(m, source, yield* storeNow, store.limits())
               if (refused !== null) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
             }
-            return yield* store.commitMove(m.id, null)
+            return yield* store.commitMove(m.id, null, null, "operator")
           })
     const topics = (m: Move) => [moveTopic(m.id), hostTopic(m.sourceHostId), hostTopic(m.targetHostId), sessionTopic(m.sessionId)] as const
     return HttpApiBuilder.group(EngramApi, "moves", (h) =>
@@ -88,7 +88,7 @@ export const MovesHandlers = HandlerGroup.make(
         .handle("commit", ({ params, payload }) =>
           withNotices(
             Effect.interruptible(moveFor(params.id, "source")).pipe(
-              Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null))),
+              Effect.andThen(api(store.commitMove(params.id, phasesOf(payload), payload.guard ?? null, "source"))),
               Effect.tap((m) => drainer.roomAppeared(...topics(m))),
             ),
           ).pipe(
@@ -116,7 +116,7 @@ export const MovesHandlers = HandlerGroup.make(
                 ? store.abortMove(params.id, `resolved by ${by}: ${payload.reason}`)
                 : p._tag === "Admin"
                   ? operatorCommit(m)
-                  : store.commitMove(params.id, null),
+                  : store.commitMove(params.id, null, null, "target"),
             )
             yield* Effect.logWarning(`in-doubt move resolved: ${payload.outcome}`, { moveId: m.id, sessionId: m.sessionId, by, reason: payload.reason })
             yield* drainer.roomAppeared(...topics(resolved))

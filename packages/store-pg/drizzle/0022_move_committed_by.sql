@@ -1,0 +1,2 @@
+ALTER TABLE "moves" ADD COLUMN "committed_by" text;--> statement-breakpoint
+ALTER TABLE "moves" ADD CONSTRAINT "moves_committed_by_check" CHECK ("moves"."committed_by" in ('source', 'target', 'operator'));
