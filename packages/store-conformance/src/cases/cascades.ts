@@ -414,6 +414,56 @@ export const cascades: Group = {
       }),
     ),
     kase(
+      "a move's record says who committed it (committedBy) on every read: its source (with phases; also when not said), its target's resolution, an operator (commitMoveByOperator), null when not said without phases, while pending and once aborted; a by outside the list is InvalidInput naming by, nothing changed",
+      Effect.gen(function* () {
+        const s = yield* store
+        const { move: first } = yield* moving
+        expect(first.committedBy).toBeNull()
+        expect(yield* s.getMove(first.id)).toMatchObject({ state: "pending", committedBy: null })
+        yield* s.recordRound(first.id, finalRound)
+        const before = yield* snapshot
+        const bad = yield* expectFailure(s.commitMove(first.id, phases, null, "agent" as never), "InvalidInput")
+        expect(bad.field).toBe("by")
+        yield* expectUnchanged(before, "a commit by someone outside the list")
+        expect(yield* s.getMove(first.id)).toMatchObject({ state: "pending", committedBy: null })
+        // Back and forth between src and dst: one move committed by each path, one aborted.
+        const moveTo = (targetHostId: string) => s.beginMove({ sessionId: "s1", targetHostId, maxDowntimeMs: 600 })
+        const bySource = yield* s.commitMove(first.id, phases, null, "source")
+        const back = yield* moveTo("src")
+        yield* s.recordRound(back.id, finalRound)
+        const byTarget = yield* s.commitMove(back.id, null, null, "target")
+        const third = yield* moveTo("dst")
+        yield* s.recordRound(third.id, finalRound)
+        const byOperator = s.commitMoveByOperator === undefined ? yield* s.commitMove(third.id, null, null, "operator") : yield* s.commitMoveByOperator(third.id)
+        const fourth = yield* moveTo("src")
+        yield* s.recordRound(fourth.id, finalRound)
+        const unsaid = yield* s.commitMove(fourth.id, null)
+        const fifth = yield* moveTo("dst")
+        const measured = yield* commitAfterFinal(fifth.id, phases)
+        const sixth = yield* moveTo("src")
+        const aborted = yield* s.abortMove(sixth.id, "ErrMoveDowntime")
+        const want = [
+          [bySource, "source"],
+          [byTarget, "target"],
+          [byOperator, "operator"],
+          [unsaid, null],
+          [measured, "source"],
+          [aborted, null],
+        ] as const
+        for (const [m, by] of want) expect(m.committedBy, m.id).toBe(by)
+        // Every read an operator's view may come by: the move, a batch, the lists and the session's latest.
+        for (const [m, by] of want) expect((yield* s.getMove(m.id)).committedBy, m.id).toBe(by)
+        const batch = new Map((yield* s.getMoves(want.map(([m]) => m.id))).map((m) => [m.id, m.committedBy]))
+        expect(want.map(([m]) => batch.get(m.id))).toStrictEqual(want.map(([, by]) => by))
+        const listed = new Map((yield* s.listMoves({})).map((m) => [m.id, m.committedBy]))
+        expect(want.map(([m]) => listed.get(m.id))).toStrictEqual(want.map(([, by]) => by))
+        const paged = new Map((yield* s.pageMoves({ hostId: "src" }, { limit: 100 })).items.map((m) => [m.id, m.committedBy]))
+        expect(want.map(([m]) => paged.get(m.id))).toStrictEqual(want.map(([, by]) => by))
+        if (s.latestMove !== undefined) expect((yield* s.latestMove("s1"))?.committedBy).toBeNull()
+        yield* expectInvariants
+      }),
+    ),
+    kase(
       "an abort keeps the session's own reservation on the source and drops only the target's",
       Effect.gen(function* () {
         const s = yield* store
