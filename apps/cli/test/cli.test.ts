@@ -167,6 +167,8 @@ describe("engram sessions and why", () => {
     const r = await moving
     expect(r.code, r.stderr).toBe(0)
     expect(r.stdout).toBe(`${s} moved to ${big}: committed on a resolution (its target's report or an operator's word); its pause was not measured\n`)
+    // The admin's resolve: an operator's commit, as moves show and ls say.
+    expect((await engram(["moves", "show", move.id], { env })).stdout).toMatch(/^committed by\s+an operator \(engram moves commit\)$/m)
     // Back again, as a script reads it.
     const back = engram(["sessions", "move", s, "--max-downtime", "600ms", "--to", small, "--json"], { env })
     const again = await pendingMove(c.url, big, s)
@@ -175,6 +177,35 @@ describe("engram sessions and why", () => {
     const j = await back
     expect(j.code, j.stderr).toBe(0)
     expect(JSON.parse(j.stdout)).toMatchObject({ move: { id: again.id, state: "committed", phases: null }, downtimeMs: null, captureMs: null, sendMs: null, commitMs: null })
+    await engram(["sessions", "end", s], { env })
+  })
+
+  it("moves show and ls say who committed a move: its target's resolution (the target host's token), apart from an operator's; none while pending", async () => {
+    // A target whose token the test holds, as its agent would.
+    const target = uid("t")
+    const created = await call(c.url, "POST", "/v1/hosts", { id: target })
+    expect(created.status).toBe(201)
+    expect((await call(c.url, "PUT", `/v1/hosts/${target}/report`, { totalMib: 5120, allocatableMib: 5120, totalVcpus: 4 })).status).toBe(200)
+    const s = uid("t")
+    await engram(["sessions", "create", "--mem", "512", "--vcpus", "1", "--id", s, "--affinity", small], { env })
+    await started(c.url, s)
+    const moving = engram(["sessions", "move", s, "--max-downtime", "600ms", "--to", target], { env })
+    const move = await pendingMove(c.url, small, s)
+    expect((await engram(["moves", "show", move.id], { env })).stdout).not.toMatch(/^committed by/m)
+    expect((await call(c.url, "POST", `/v1/moves/${move.id}/rounds`, { kind: "final", wireBytes: 1000, apparentBytes: 1000, sendMs: 1, captureMs: 1 })).status).toBe(200)
+    const resolved = await fetch(`${c.url}/v1/moves/${move.id}/resolve`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${created.body.token as string}`, "content-type": "application/json" },
+      body: JSON.stringify({ outcome: "commit", reason: "the target runs the guest" }),
+    })
+    expect(resolved.status).toBe(200)
+    expect((await moving).code).toBe(0)
+    const shown = await engram(["moves", "show", move.id], { env })
+    expect(shown.code, shown.stderr).toBe(0)
+    expect(shown.stdout).toMatch(/^committed by\s+its target's resolution \(it runs the guest\)$/m)
+    const row = lines((await engram(["moves", "ls", "--host", target], { env })).stdout).find((l) => l.startsWith(move.id))
+    expect(row).toMatch(/\scommitted\s+target\s+-\s+-$/)
+    expect(JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)).toMatchObject({ id: move.id, committedBy: "target" })
     await engram(["sessions", "end", s], { env })
   })
 
@@ -193,6 +224,7 @@ describe("engram sessions and why", () => {
     const shown = await engram(["moves", "show", move.id], { env })
     expect(shown.code, shown.stderr).toBe(0)
     expect(shown.stdout).toMatch(/^paused\s+480 ms \(capture 40 ms, send 90 ms, commit 350 ms\)$/m)
+    expect(shown.stdout).toMatch(/^committed by\s+its source \(phases measured\)$/m)
     expect(shown.stdout).toMatch(/^allowance\s+400 ms: the prior \(no recent commits between these hosts, too few into the target or anywhere\); off by \+50 ms against the commit$/m)
     expect(shown.stdout).toMatch(/^estimate\s+520 ms; off by \+40 ms against the pause$/m)
     const j = JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)
@@ -215,15 +247,15 @@ describe("engram sessions and why", () => {
     expect([committed.code, committed.stdout]).toEqual([0, `${move.id} committed: ${s} runs on ${big}\n`])
     expect((await moving).code).toBe(0)
     const row = () => engram(["moves", "ls", "--host", small, "--state", "committed"], { env }).then((r) => lines(r.stdout).find((l) => l.startsWith(move.id)))
-    expect(lines((await engram(["moves", "ls"], { env })).stdout)[0]).toMatch(/^MOVE\s+SESSION\s+FROM\s+TO\s+STATE\s+FINAL ROUND\s+RESEND$/)
-    expect(await row()).toMatch(/\scommitted\s+-\s+-$/)
+    expect(lines((await engram(["moves", "ls"], { env })).stdout)[0]).toMatch(/^MOVE\s+SESSION\s+FROM\s+TO\s+STATE\s+BY\s+FINAL ROUND\s+RESEND$/)
+    expect(await row()).toMatch(/\scommitted\s+operator\s+-\s+-$/)
     expect((await engram(["moves", "show", move.id], { env })).stdout).not.toMatch(/^resend/m)
     // The source's agent: the target never got a complete stream, its copy is the only one.
     expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: true })).status).toBe(200)
     const shown = await engram(["moves", "show", move.id], { env })
     expect(shown.code, shown.stderr).toBe(0)
     expect(shown.stdout).toMatch(/^resend\s+owed: the source holds the only copy of the guest \(paused\) and owes the target the stream; should the target die while this is set \(the source sets it again whenever the target answers that it runs nothing\), the session goes back to the source$/m)
-    expect(await row()).toMatch(/\scommitted\s+-\s+owed: source holds the only copy$/)
+    expect(await row()).toMatch(/\scommitted\s+operator\s+-\s+owed: source holds the only copy$/)
     expect(JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)).toMatchObject({ id: move.id, state: "committed", resendOwed: true })
     for (const outcome of ["commit", "abort"]) {
       const refused = await engram(["moves", outcome, move.id, "--reason", "stuck"], { env })
@@ -234,7 +266,7 @@ describe("engram sessions and why", () => {
     // Settled: the mark is gone from both views, and a refused resolution says only what it said before.
     expect((await call(c.url, "POST", `/v1/moves/${move.id}/resend`, { owed: false })).status).toBe(200)
     expect((await engram(["moves", "show", move.id], { env })).stdout).not.toMatch(/^resend/m)
-    expect(await row()).toMatch(/\scommitted\s+-\s+-$/)
+    expect(await row()).toMatch(/\scommitted\s+operator\s+-\s+-$/)
     expect((await engram(["moves", "abort", move.id, "--reason", "stuck"], { env })).stderr).not.toContain("owes a resend")
     await engram(["sessions", "end", s], { env })
   })

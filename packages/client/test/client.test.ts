@@ -364,21 +364,28 @@ describe("one road to the API", () => {
     expect(r.sent).toEqual([])
   })
 
-  it("a move from a coordinator older than resendOwed (the field absent) reads resendOwed false; a newer one's is read as sent; a resendOwed that is not a boolean is an UnexpectedAnswer", async () => {
+  it("a move from a coordinator older than resendOwed and committedBy (the fields absent) reads resendOwed false and committedBy null; a newer one's are read as sent; a resendOwed that is not a boolean, or a committedBy outside the list, is an UnexpectedAnswer", async () => {
     const older = { id: "m1", sessionId: "s1", sourceHostId: "a", targetHostId: "b", reservationId: "r1", maxDowntimeMs: 600, state: "committed", rounds: [], phases: null, abortReason: null, abortEstimateMs: null, createdAt: 1, endedAt: 2 }
     const run = <A>(e: Effect.Effect<A, unknown>) => Effect.runPromise(e)
     const old = recording(200, JSON.stringify(older))
-    expect(await run(old.client.moves.get("m1"))).toEqual({ ...older, resendOwed: false })
-    expect(await run(old.client.moves.resolve("m1", "commit", "the target runs the guest"))).toEqual({ ...older, resendOwed: false })
+    const read = { ...older, resendOwed: false, committedBy: null }
+    expect(await run(old.client.moves.get("m1"))).toEqual(read)
+    expect(await run(old.client.moves.resolve("m1", "commit", "the target runs the guest"))).toEqual(read)
     const oldPage = recording(200, JSON.stringify({ items: [older], nextCursor: null }))
-    expect((await run(oldPage.client.moves.list())).items).toEqual([{ ...older, resendOwed: false }])
-    expect(await run(oldPage.client.moves.listAll())).toEqual([{ ...older, resendOwed: false }])
+    expect((await run(oldPage.client.moves.list())).items).toEqual([read])
+    expect(await run(oldPage.client.moves.listAll())).toEqual([read])
     for (const owed of [true, false]) {
       const newer = recording(200, JSON.stringify({ ...older, resendOwed: owed }))
-      expect(await run(newer.client.moves.get("m1"))).toEqual({ ...older, resendOwed: owed })
+      expect(await run(newer.client.moves.get("m1"))).toEqual({ ...read, resendOwed: owed })
     }
-    const bad = recording(200, JSON.stringify({ ...older, resendOwed: "yes" }))
-    expect(await Effect.runPromise(Effect.flip(bad.client.moves.get("m1")))).toBeInstanceOf(UnexpectedAnswer)
+    for (const by of ["source", "target", "operator", null]) {
+      const newer = recording(200, JSON.stringify({ ...older, resendOwed: false, committedBy: by }))
+      expect(await run(newer.client.moves.get("m1"))).toEqual({ ...read, committedBy: by })
+    }
+    for (const wrong of [{ resendOwed: "yes" }, { committedBy: "agent" }]) {
+      const bad = recording(200, JSON.stringify({ ...older, ...wrong }))
+      expect(await Effect.runPromise(Effect.flip(bad.client.moves.get("m1"))), JSON.stringify(wrong)).toBeInstanceOf(UnexpectedAnswer)
+    }
   })
 
   it("a status the API does not declare for the call is read as it came; an answer that is not JSON says so", async () => {
