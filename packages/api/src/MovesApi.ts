@@ -18,7 +18,7 @@ export class MovesApi extends HttpApiGroup.make("moves")
       ),
     ),
     HttpApiEndpoint.get("get", "/v1/moves/:id", { params: PathId, success: Move, error: StandardErrors }).annotateMerge(
-      doc("Read a move", "The move with its rounds, and its phases and `guard` (committed: the commit allowance its guard used, `prior` or `learned` from how many commits, its estimate, and how far each was off) or its reason and estimate (aborted), and `resendOwed`: true while its source holds the guest's only whole copy, paused, and owes the target the stream (`POST /v1/moves/{id}/resend`; absent from an older coordinator: read it as false). The admin, or the token of its source or target host."),
+      doc("Read a move", "The move with its rounds, and its phases and `guard` (committed: the commit allowance its guard used, `prior` or `learned` from how many commits, its estimate, and how far each was off) or its reason and estimate (aborted), and `resendOwed`: true while its source holds the guest's only whole copy, paused, and owes the target the stream (`POST /v1/moves/{id}/resend`; absent from an older coordinator: read it as false), and `committedBy`: who committed it, `source` (its commit with its phases), `target` (the target host's resolve: it runs the guest) or `operator` (the admin's resolve); null while not committed, or committed before the field (absent from an older coordinator: read it as null). The admin, or the token of its source or target host."),
     ),
     HttpApiEndpoint.post("round", "/v1/moves/:id/rounds", { params: PathId, payload: Round, success: Move, error: BodyErrors }).annotateMerge(
       doc(

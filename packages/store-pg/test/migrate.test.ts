@@ -11,7 +11,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import postgres from "postgres"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { migrationsFolder } from "../src/index.js"
+import { Effect } from "effect"
+import { migrationsFolder, StorePg } from "../src/index.js"
 import { migrateUrl } from "../src/Migrate.js"
 import { hostVersionBumpText } from "../src/schema.js"
 
@@ -163,6 +164,36 @@ describe("migration 0021 (the token hash index unique) on a database with hosts"
       expect(await unique()).toBe(true)
       await expect(client`insert into hosts (id, created_at, token_hash) values ('f', 2, 'own')`).rejects.toMatchObject({ code: "23505" })
       await client`insert into hosts (id, created_at, token_hash) values ('g', 2, null)`
+    } finally {
+      await client.end()
+      await upgraded.drop()
+      rmSync(before, { recursive: true, force: true })
+    }
+  }, 120_000)
+})
+
+describe("migration 0022 (who committed a move) on a database with moves", () => {
+  it("a move committed before it reads committedBy null; the column takes only source, target or operator", async () => {
+    const upgraded = await freshDatabase()
+    const client = postgres(upgraded.url, { max: 1, onnotice: () => undefined })
+    // The migrations before 0022, whatever comes after it.
+    const before = mkdtempSync(join(tmpdir(), "engram-migrations-0021-"))
+    cpSync(migrationsFolder, before, { recursive: true })
+    const journal = JSON.parse(readFileSync(join(before, "meta", "_journal.json"), "utf8")) as { entries: { tag: string }[] }
+    journal.entries = journal.entries.filter((e) => e.tag < "0022")
+    writeFileSync(join(before, "meta", "_journal.json"), JSON.stringify(journal))
+    try {
+      await drizzleMigrate(drizzle({ client }), { migrationsFolder: before })
+      // The release before: a move committed (on a resolution: no phases), who committed it not kept.
+      await client`insert into sessions (id, state, mem_mib, vcpus, created_at, updated_at) values ('s1', 'ended', 512, 1, 1, 3)`
+      await client`insert into moves (id, session_id, source_host_id, target_host_id, reservation_id, max_downtime_ms, state, created_at, ended_at)
+        values ('m1', 's1', 'a', 'b', 'r1', 600, 'committed', 1, 2)`
+      await migrateUrl(upgraded.url)
+      expect(await applied(upgraded.url)).toBe(entries)
+      const opened = await Effect.runPromise(Effect.scoped(Effect.flatMap(StorePg.openUrl({ url: upgraded.url }), ({ store }) => store.getMove("m1"))))
+      expect(opened).toMatchObject({ id: "m1", state: "committed", phases: null, committedBy: null })
+      await client`update moves set committed_by = 'operator' where id = 'm1'`
+      await expect(client`update moves set committed_by = 'agent' where id = 'm1'`).rejects.toMatchObject({ code: "23514" })
     } finally {
       await client.end()
       await upgraded.drop()
