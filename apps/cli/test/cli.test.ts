@@ -207,6 +207,9 @@ describe("engram sessions and why", () => {
     expect(row).toMatch(/\scommitted\s+target\s+-\s+-$/)
     expect(JSON.parse((await engram(["moves", "show", move.id, "--json"], { env })).stdout)).toMatchObject({ id: move.id, committedBy: "target" })
     await engram(["sessions", "end", s], { env })
+    // The fleet as the other tests of the file count it (two hosts): the target goes.
+    const removed = await engram(["hosts", "rm", target], { env })
+    expect(removed.code, removed.stderr).toBe(0)
   })
 
   it("moves show prints the pause by phase and the guard's allowance and estimate with their errors; hosts allowances shows the learned allowance per target", async () => {
