@@ -7,11 +7,9 @@
 // it (the coordinator judges it, then commits saying the operator's).
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
-import { Store } from "@engram/store"
-import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { client, uid } from "./support/http.js"
+import { operatorCommitStores } from "./support/withoutOperatorCommit.js"
 import type { Answer } from "./support/http.js"
 
 const adminToken = "committed-by-admin-token-0123456789abcd"
@@ -21,20 +19,7 @@ const full = { kind: "full", wireBytes: 1e6, apparentBytes: 4e9, sendMs: 100, ca
 const final = { kind: "final", wireBytes: 1e5, apparentBytes: 1e5, sendMs: 30, captureMs: 40 }
 const phases = { downtimeMs: 520, captureMs: 40, sendMs: 80, commitMs: 390 }
 
-/** The store of `inner` without its optional `commitMoveByOperator` (a third party's store that predates it). */
-const withoutOperatorCommit = <E>(inner: Layer.Layer<Store, E>): Layer.Layer<Store, E> =>
-  Layer.effect(
-    Store,
-    Effect.gen(function* () {
-      const { commitMoveByOperator: _, ...rest } = yield* Store
-      return Store.of(rest)
-    }),
-  ).pipe(Layer.provide(inner))
-
-const stores = [
-  ["a store that judges the operator's commit itself", StoreSim.layer()],
-  ["a store without commitMoveByOperator", withoutOperatorCommit(StoreSim.layer())],
-] as const
+const stores = operatorCommitStores("a store that judges the operator's commit itself")
 
 describe.each(stores)("who committed a move, on %s", (_, store) => {
   let c: RunningCoordinator

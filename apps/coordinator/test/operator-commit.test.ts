@@ -9,13 +9,11 @@
 // on one without it (the coordinator judges it on a read of the source, then commits).
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
-import { Store } from "@engram/store"
-import { StoreSim } from "@engram/store-sim"
-import { Effect, Layer } from "effect"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { shiftedLayer } from "./support/clock.js"
 import type { Shift } from "./support/clock.js"
 import { client, uid } from "./support/http.js"
+import { operatorCommitStores } from "./support/withoutOperatorCommit.js"
 
 const adminToken = "operator-commit-admin-token-0123456789"
 const tenMinutesMs = 10 * 60_000
@@ -24,20 +22,7 @@ const intent = { kind: "intent", wireBytes: 0, apparentBytes: 0, sendMs: 0, capt
 const full = { kind: "full", wireBytes: 1e6, apparentBytes: 4e9, sendMs: 100, captureMs: 40 }
 const final = { kind: "final", wireBytes: 1e5, apparentBytes: 1e5, sendMs: 0, captureMs: 40 }
 
-/** The store of `inner` without its optional `commitMoveByOperator` (a third party's store that predates it). */
-const withoutOperatorCommit = <E>(inner: Layer.Layer<Store, E>): Layer.Layer<Store, E> =>
-  Layer.effect(
-    Store,
-    Effect.gen(function* () {
-      const { commitMoveByOperator: _, ...rest } = yield* Store
-      return Store.of(rest)
-    }),
-  ).pipe(Layer.provide(inner))
-
-const stores = [
-  ["a store that judges it with the commit", StoreSim.layer()],
-  ["a store without commitMoveByOperator", withoutOperatorCommit(StoreSim.layer())],
-] as const
+const stores = operatorCommitStores("a store that judges it with the commit")
 
 describe.each(stores)("an operator's commit before the move's final round, on %s", (_, store) => {
   const shift: Shift = { ms: 0 }
