@@ -301,4 +301,22 @@ describe("a stream sent again resumes on the target only once the coordinator sa
         assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
       }),
     )
+  effect("the source's tell of the mark before a stream sent again goes unanswered: nothing is streamed on that pass (the target would clear the mark before it resumes); told on the next pass, the stream goes and the target runs the guest", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.tellFails = true
+      yield* t.pass
+      // Before (streamed whatever the tell's answer): one stream, resumed by the target, with a tell that could land after its clear.
+      assert.strictEqual(t.streams.count, 0, "not streamed while the tell is unanswered")
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [], "nothing resumed on the target")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
+      assert.deepStrictEqual((yield* t.a.residents.pendingCommits).map((p) => [p.resend, p.resendTold]), [[true, false]], "the tell owed")
+      t.faults.tellFails = false
+      yield* t.pass
+      assert.strictEqual(t.streams.count, 1, "streamed once told")
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target runs the guest")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
 })
