@@ -8,7 +8,8 @@
 import { startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { client, uid } from "./support/http.js"
+import { client } from "./support/http.js"
+import { moveBegun, reportedHost } from "./support/moveBegun.js"
 import { operatorCommitStores } from "./support/withoutOperatorCommit.js"
 import type { Answer } from "./support/http.js"
 
@@ -29,14 +30,7 @@ describe.each(stores)("who committed a move, on %s", (_, store) => {
   afterAll(() => c?.stop())
 
   /** A registered host that reported now; its id and token. */
-  const addHost = async () => {
-    const admin = client(c.url, adminToken)
-    const id = uid("h")
-    const created = await admin.post("/v1/hosts", { id })
-    expect(created.status).toBe(201)
-    expect((await admin.put(`/v1/hosts/${id}/report`, report)).status).toBe(200)
-    return { id, token: created.body.token as string }
-  }
+  const addHost = () => reportedHost(c.url, adminToken, report)
 
   /**
    * A session running on a new host, moving to another: the move begun (its answer not awaited)
@@ -45,19 +39,9 @@ describe.each(stores)("who committed a move, on %s", (_, store) => {
   const inDoubt = async () => {
     const src = await addHost()
     const dst = await addHost()
-    const admin = client(c.url, adminToken)
-    const sid = uid("s")
-    expect((await admin.post("/v1/sessions", { id: sid, memMib: 256, vcpus: 1, affinity: [src.id] })).body.hostId).toBe(src.id)
+    const { moveId, answer } = await moveBegun(c.url, adminToken, src, dst)
     const source = client(c.url, src.token)
-    await source.post(`/v1/sessions/${sid}/started`)
-    const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
-    let moveId: string | undefined
-    for (let i = 0; i < 100 && moveId === undefined; i++) {
-      const a = await source.get(`/v1/hosts/${src.id}/assignments`)
-      moveId = (a.body.moves as { id: string; sessionId: string }[]).find((m) => m.sessionId === sid)?.id
-      if (moveId === undefined) await new Promise((r) => setTimeout(r, 20))
-    }
-    if (moveId === undefined) throw new Error("the move never showed up")
+    const admin = client(c.url, adminToken)
     for (const [seq, round] of [intent, full, final].entries()) expect((await source.post(`/v1/moves/${moveId}/rounds`, { ...round, seq })).status).toBe(200)
     expect((await admin.get(`/v1/moves/${moveId}`)).body).toMatchObject({ state: "pending", committedBy: null })
     return { src, dst, moveId, answer }

@@ -12,7 +12,8 @@ import type { RunningCoordinator } from "@engram/coordinator"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { shiftedLayer } from "./support/clock.js"
 import type { Shift } from "./support/clock.js"
-import { client, uid } from "./support/http.js"
+import { client } from "./support/http.js"
+import { moveBegun, reportedHost } from "./support/moveBegun.js"
 import { operatorCommitStores } from "./support/withoutOperatorCommit.js"
 
 const adminToken = "operator-commit-admin-token-0123456789"
@@ -33,30 +34,12 @@ describe.each(stores)("an operator's commit before the move's final round, on %s
   afterAll(() => c?.stop())
 
   /** A registered host that reported now; its id and token. */
-  const addHost = async () => {
-    const admin = client(c.url, adminToken)
-    const id = uid("h")
-    const created = await admin.post("/v1/hosts", { id })
-    expect(created.status).toBe(201)
-    expect((await admin.put(`/v1/hosts/${id}/report`, report)).status).toBe(200)
-    return { id, token: created.body.token as string }
-  }
+  const addHost = () => reportedHost(c.url, adminToken, report)
 
   /** A session running on `src`, a move of it to `dst` begun (its answer not awaited), the intent and a full round recorded by the source. */
   const moveInPreCopy = async (src: { id: string; token: string }, dst: { id: string }) => {
-    const admin = client(c.url, adminToken)
-    const sid = uid("s")
-    expect((await admin.post("/v1/sessions", { id: sid, memMib: 256, vcpus: 1, affinity: [src.id] })).body.hostId).toBe(src.id)
+    const { sid, moveId, answer } = await moveBegun(c.url, adminToken, src, dst)
     const source = client(c.url, src.token)
-    await source.post(`/v1/sessions/${sid}/started`)
-    const answer = admin.post(`/v1/sessions/${sid}/move`, { targetHostId: dst.id, maxDowntimeMs: 600 })
-    let moveId: string | undefined
-    for (let i = 0; i < 100 && moveId === undefined; i++) {
-      const a = await source.get(`/v1/hosts/${src.id}/assignments`)
-      moveId = (a.body.moves as { id: string; sessionId: string }[]).find((m) => m.sessionId === sid)?.id
-      if (moveId === undefined) await new Promise((r) => setTimeout(r, 20))
-    }
-    if (moveId === undefined) throw new Error("the move never showed up")
     expect((await source.post(`/v1/moves/${moveId}/rounds`, { ...intent, seq: 0 })).status).toBe(200)
     expect((await source.post(`/v1/moves/${moveId}/rounds`, { ...full, seq: 1 })).status).toBe(200)
     return { sid, moveId, answer }
