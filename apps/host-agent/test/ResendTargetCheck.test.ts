@@ -157,7 +157,16 @@ const resendOwed = Effect.gen(function* () {
     return yield* store((s) => s.reclaim())
   })
   const markSet = Effect.map(store((s) => s.getMove(move.id)), (m) => m.resendOwed === true)
-  return { faults, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, markSet, moveId: move.id }
+  /** b dies: the reclaim sends the session back to a (nothing lost), and a's next pass resumes its paused copy, the debt over. */
+  const wayBackResumes = Effect.gen(function* () {
+    const result = yield* targetDies
+    assert.deepStrictEqual(result.lostSessions, [])
+    assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
+    yield* pass
+    assert.deepStrictEqual(yield* vms(runtime), [["s1", "running"]], "the source's paused copy resumed")
+    assert.deepStrictEqual(yield* residents.pendingCommits, [])
+  })
+  return { faults, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, wayBackResumes, markSet, moveId: move.id }
 })
 
 describe("a stream sent again resumes on the target only once the coordinator says so", () => {
@@ -237,15 +246,10 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       yield* t.pass
       assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
       assert.isTrue(yield* t.markSet, "the mark set again after the target's noStream")
-      const result = yield* t.targetDies
       // Before: lostSessions ["s1"] (the mark left cleared by the target), and a's next pass destroyed the guest's only whole copy.
-      assert.deepStrictEqual(result.lostSessions, [])
-      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
-      yield* t.pass
-      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed")
+      yield* t.wayBackResumes
       const now = yield* t.cpuMs(t.a.runtime)
       assert.isTrue(now !== null && now >= t.ranMs, `the guest's run carried on (${now} ms after ${t.ranMs} ms), not booted afresh`)
-      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
     }),
   )
   effect("the target clears the mark but cannot read the placement (its \"not yet\" says it resumed nothing): the source sets the mark again without streaming again, and the target's death sends the session back to it", () =>
@@ -263,12 +267,7 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       assert.strictEqual(t.streams.count, streamed, "not streamed again")
       assert.deepStrictEqual((yield* t.b.residents.all).map((v) => [v.vmId, v.status]), [["s1", "paused"]])
       assert.isTrue(yield* t.markSet)
-      const result = yield* t.targetDies
-      assert.deepStrictEqual(result.lostSessions, [])
-      assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
-      yield* t.pass
-      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed")
-      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+      yield* t.wayBackResumes
     }),
   )
   for (const variant of ["noStream", "notResumed"] as const)
@@ -293,12 +292,7 @@ describe("a stream sent again resumes on the target only once the coordinator sa
         yield* t.pass
         // Before: false for every pass the target did not answer (the tell owed was never made), and the session lost.
         assert.isTrue(yield* t.markSet, "told on the next pass, the target unanswering")
-        const result = yield* t.targetDies
-        assert.deepStrictEqual(result.lostSessions, [])
-        assert.deepStrictEqual(result.returned, [{ sessionId: "s1", hostId: "a" }], "the way back to the source")
-        yield* t.pass
-        assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "running"]], "the source's paused copy resumed")
-        assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+        yield* t.wayBackResumes
       }),
     )
   effect("the source's tell of the mark before a stream sent again goes unanswered: nothing is streamed on that pass (the target would clear the mark before it resumes); told on the next pass, the stream goes and the target runs the guest", () =>
