@@ -93,8 +93,9 @@ export interface Options extends ParkGate.Options {
    * `reserveLeadMs` (a slow class: at 2,800 MiB/s and a 20 s lead, above 54.7 GiB) gets as many
    * places as its own arrivals reach with this probability when that is more than
    * `reserveQuantile` gives it; every other class, and the tail from the largest class down, keep
-   * exactly their places (unless the list reaches its cap, 256 places: a slow class's extra
-   * places come before the smaller classes'). No descent speed (`descentMibPerSec` 0): no class
+   * exactly their places (at the list's cap, 256 places, a slow class's extra places are the
+   * ones left out: every class's base places come first; before 2026-12-07 the extras came
+   * before the smaller classes' places, which the cap could then drop). No descent speed (`descentMibPerSec` 0): no class
    * is slow. A session of a slow class that finds no place waits a descent longer
    * than the lead. 0.99 since 2026-12-07 (the simulator README's "The holdout's misses, traced":
    * the 128 GiB VMs of a trace queued for a place the 90 % count did not keep); set it to
@@ -598,12 +599,15 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
   let tailExtra = 0
   // Sessions in groups of `group` (1: single arrivals, or the knob off): that many places per group counted.
   const group = options.reserveGroups ? groupFactor(recent.reservedMibDispersion, squares / mib, options.reserveGroupMax) : 1
-  const out: Budget[] = []
-  // The places the base quantile gives (the tail's count); `out` also holds a slow class's extra places.
+  // Each class's places, largest first: those the base quantile gives (`places`, cut at the cap)
+  // and a slow class's extra ones (`more`), which the cap drops first (below).
+  const kept: { budget: Budget; places: number; more: number }[] = []
+  let base = 0
+  // The places the base quantile gives (the tail's count).
   let counted = 0
   let atLeast = 0
   let tailMean = 0
-  for (let k = classes.length - 1; k >= 0 && out.length < maxCount; k--) {
+  for (let k = classes.length - 1; k >= 0 && base < maxCount; k--) {
     const g = classes[k]
     if (g === undefined) continue
     atLeast += g.count
@@ -623,9 +627,20 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     // No descent speed (0): no class is slow, as the lead per class then counts none (`perClass`).
     const slow = options.reserveSlowClassQuantile > options.reserveQuantile && options.descentMibPerSec > 0 && descentMs(g.memMib) > options.reserveLeadMs
     const more = slow ? Math.max(0, groupedQuantile(ownMean, group, options.reserveSlowClassQuantile) - places) : 0
-    for (let n = places; n > 0 && out.length < maxCount; n--) out.push(budget)
+    const taken = Math.min(places, maxCount - base)
+    kept.push({ budget, places: taken, more })
+    base += taken
     counted += places
-    for (let n = more; n > 0 && out.length < maxCount; n--) out.push(budget)
+  }
+  // At the cap every class's base places go before any class's extra ones (the largest slow
+  // class's first); below it the list is the same either way. Largest first, each class's extra
+  // places beside its own.
+  let room = maxCount - base
+  const out: Budget[] = []
+  for (const c of kept) {
+    const more = Math.min(c.more, room)
+    room -= more
+    for (let n = c.places + more; n > 0; n--) out.push(c.budget)
   }
   return out
 }

@@ -514,6 +514,39 @@ describe("ParkPolicy", () => {
       )
     })
 
+    it("at the list's cap a slow class's extra places are the ones left out: no class loses a base place to them, largest first still", () => {
+      // The fleet above: the 128 GiB class's 90 % place plus one extra at 99 %, then the 2 GiB places.
+      const fleet: FleetView = {
+        hosts: [fleetHost("h0", 512 * GiB, 326 * GiB, [...Array.from({ length: 99 }, (_, j) => park(`s${j}`, OLD, 2 * GiB)), park("big", OLD, 128 * GiB)])],
+        queue: [],
+      }
+      const rate = { reservedMibPerSec: 2048 }
+      const baseOptions = { ...ParkPolicy.defaultOptions, reserveSlowClassQuantile: ParkPolicy.defaultOptions.reserveQuantile }
+      const base = ParkPolicy.expectedArrivals(fleet, rate, baseOptions)
+      const full = ParkPolicy.expectedArrivals(fleet, rate)
+      expect(full.length).toBe(base.length + 1)
+      // A cap of exactly the base places: the base places, every 2 GiB one kept (the extra 128 GiB went before them).
+      expect(ParkPolicy.expectedArrivals(fleet, rate, ParkPolicy.defaultOptions, base.length)).toEqual(base)
+      // One more: the extra comes back, beside its class's place.
+      expect(ParkPolicy.expectedArrivals(fleet, rate, ParkPolicy.defaultOptions, base.length + 1)).toEqual(full)
+      // Below the base places: the base list cut at the cap, largest first.
+      expect(ParkPolicy.expectedArrivals(fleet, rate, ParkPolicy.defaultOptions, 3)).toEqual(base.slice(0, 3))
+      // Property: on any fleet, rate, descent rate and cap, no class has fewer places with the slow
+      // classes' quantile than without it, and the list stays largest first within the cap.
+      fc.assert(
+        fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), fc.integer({ min: 0, max: 40 }), ({ fleet }, r, descent, cap) => {
+          const recentRate = { reservedMibPerSec: r }
+          const options = { ...ParkPolicy.defaultOptions, descentMibPerSec: descent }
+          const without = ParkPolicy.expectedArrivals(fleet, recentRate, { ...options, reserveSlowClassQuantile: options.reserveQuantile }, cap)
+          const withSlow = ParkPolicy.expectedArrivals(fleet, recentRate, options, cap)
+          expect(withSlow.length).toBeLessThanOrEqual(cap)
+          const classes = (xs: readonly Budget[]) => xs.map((b) => ParkPolicy.sizeClass(b.memMib))
+          for (const k of new Set(classes(without))) expect(classes(withSlow).filter((x) => x === k).length, `class ${k}`).toBeGreaterThanOrEqual(classes(without).filter((x) => x === k).length)
+          expect(classes(withSlow)).toEqual([...classes(withSlow)].sort((a, b) => b - a))
+        }),
+      )
+    })
+
     it("property: with a lead per class, the places at least as big as any size are never fewer than with one lead", () => {
       fc.assert(
         fc.property(arbFleet, fc.integer({ min: 1, max: 4096 }), fc.integer({ min: 64, max: 8192 }), ({ fleet }, rate, descent) => {
