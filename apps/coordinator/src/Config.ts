@@ -11,7 +11,7 @@
  */
 import { Urls } from "@engram/api"
 import { Env } from "@engram/process"
-import { Downtime, Limits, MakeRoom, Move, Names, Reclaim } from "@engram/core"
+import { Downtime, Limits, MakeRoom, Move, Names, ParkPolicy, Reclaim } from "@engram/core"
 import { checkLeaseTimes, defaultLeaseTimes, Validate } from "@engram/store"
 import { StorePg } from "@engram/store-pg"
 import { Config, ConfigProvider, Effect, Option, Redacted, Schema } from "effect"
@@ -179,6 +179,13 @@ export interface CoordinatorConfig {
    * the 90 % every class keeps, the default before.
    */
   readonly reserveSlowClass: number
+  /**
+   * With `reserveSlowClass` 1: the probability a slow class's places reach its own arrivals with
+   * (core's `reserveSlowClassQuantile`, default 0.99), above the 0.9 every class keeps (core's
+   * `reserveQuantile`: at or below it a slow class would gain nothing) and below 1. Ignored with
+   * `reserveSlowClass` 0.
+   */
+  readonly reserveSlowClassQuantile: number
   /**
    * How long a move that ended aborted (refused by its source's guard, timed out) keeps the
    * reaper from moving its session again, to any target (ms; core's `MakeRoom.cooling`).
@@ -424,6 +431,25 @@ const intAtLeast = (variable: string, fallback: number, min: number) => {
   return Config.schema(Env.decimalInt(rule).check(Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(Config.withDefault(fallback))
 }
 
+/** A probability in decimal notation, as written: digits with at most one point, no sign, no exponent. */
+const decimalFraction = /^([0-9]{1,15}(\.[0-9]{1,15})?|\.[0-9]{1,15})$/
+
+/**
+ * A probability above `above` and below 1, in decimal notation (`0.995`): `Number` alone would
+ * read "1e-1" or "0x1"; a value outside is refused with the rule, which says why `above`.
+ */
+const probabilityAbove = (variable: string, fallback: number, above: number, why: string) => {
+  const rule = `must be a decimal number above ${above} (${why}) and below 1`
+  ruleOfVariable[variable] = rule
+  return Config.schema(
+    Schema.String.check(Schema.isPattern(decimalFraction, { message: rule })).pipe(
+      Schema.decodeTo(Schema.NumberFromString.annotate({ message: rule })),
+      Schema.check(Schema.isGreaterThan(above, { message: rule }), Schema.isLessThan(1, { message: rule })),
+    ),
+    variable,
+  ).pipe(Config.withDefault(fallback))
+}
+
 /**
  * A text setting that `problemOf` accepts (undefined) or refuses with `rule`. An empty value is
  * unset, its default, as every setting's is (effect's `ConfigProvider` reads `""` as absent).
@@ -519,6 +545,7 @@ export const settingVariables = {
   reserveGroups: "ENGRAM_RESERVE_GROUPS",
   reserveLeadPerClass: "ENGRAM_RESERVE_LEAD_PER_CLASS",
   reserveSlowClass: "ENGRAM_RESERVE_SLOW_CLASS",
+  reserveSlowClassQuantile: "ENGRAM_RESERVE_SLOW_CLASS_QUANTILE",
   makeRoomCooldownMs: "ENGRAM_MAKE_ROOM_COOLDOWN_MS",
   retentionMs: "ENGRAM_RETENTION_MS",
   retentionPruneLimit: "ENGRAM_RETENTION_PRUNE_LIMIT",
@@ -569,6 +596,7 @@ const settings = {
   reserveGroups: int(settingVariables.reserveGroups, 1, 0, 1),
   reserveLeadPerClass: int(settingVariables.reserveLeadPerClass, 1, 0, 1),
   reserveSlowClass: int(settingVariables.reserveSlowClass, 1, 0, 1),
+  reserveSlowClassQuantile: probabilityAbove(settingVariables.reserveSlowClassQuantile, ParkPolicy.defaultOptions.reserveSlowClassQuantile, ParkPolicy.defaultOptions.reserveQuantile, "every class's reserveQuantile: at or below it a slow class gains no place"),
   makeRoomCooldownMs: int(settingVariables.makeRoomCooldownMs, MakeRoom.defaultCooldownMs, 0, 7 * 24 * 3_600_000),
   retentionMs: int(settingVariables.retentionMs, defaultRetentionMs, 0, maxRetentionMs),
   retentionPruneLimit: int(settingVariables.retentionPruneLimit, 1000, 1, Validate.maxPruneLimit),

@@ -41,17 +41,18 @@ export const park: ParkPolicy.Rule = ParkPolicy.defaultRule
 /**
  * The park policy the reaper runs under the settings: `park` with its reserve's groups
  * (`ENGRAM_RESERVE_GROUPS`), lead per class (`ENGRAM_RESERVE_LEAD_PER_CLASS`) and slow classes'
- * 99 % (`ENGRAM_RESERVE_SLOW_CLASS`) as set, each on by default (core's defaults); 0 turns one
- * off (a slow class then keeps the base quantile's places, `reserveQuantile`). The stores are handed the same rule (their idle
+ * 99 % (`ENGRAM_RESERVE_SLOW_CLASS`, its quantile `ENGRAM_RESERVE_SLOW_CLASS_QUANTILE`) as set,
+ * each on by default (core's defaults); 0 turns one off (a slow class then keeps the base
+ * quantile's places, `reserveQuantile`, whatever its quantile). The stores are handed the same rule (their idle
  * steps read its name, floor and starvation limit, neither knob), so one policy is in force.
  */
-export const parkRule = (config: Pick<CoordinatorConfig, "reserveGroups" | "reserveLeadPerClass" | "reserveSlowClass">): ParkPolicy.Rule => ({
+export const parkRule = (config: Pick<CoordinatorConfig, "reserveGroups" | "reserveLeadPerClass" | "reserveSlowClass"> & Partial<Pick<CoordinatorConfig, "reserveSlowClassQuantile">>): ParkPolicy.Rule => ({
   name: park.name,
   options: {
     ...park.options,
     reserveGroups: config.reserveGroups === 1,
     reserveLeadPerClass: config.reserveLeadPerClass === 1,
-    reserveSlowClassQuantile: config.reserveSlowClass === 1 ? park.options.reserveSlowClassQuantile : park.options.reserveQuantile,
+    reserveSlowClassQuantile: config.reserveSlowClass === 1 ? (config.reserveSlowClassQuantile ?? park.options.reserveSlowClassQuantile) : park.options.reserveQuantile,
   },
 })
 

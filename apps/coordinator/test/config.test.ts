@@ -295,6 +295,26 @@ describe("configuration", () => {
     ])
   })
 
+  it("the slow classes' quantile is core's 0.99 by default; a value above 0.9 and below 1 goes to the reaper's rule (not with the slow classes off); any other is refused naming the variable and the rule", () => {
+    const d = Config.parse({})
+    expect(d._tag === "Valid" && d.config.reserveSlowClassQuantile).toBe(ParkPolicy.defaultOptions.reserveSlowClassQuantile)
+    const set = Config.parse({ ENGRAM_RESERVE_SLOW_CLASS_QUANTILE: "0.995" })
+    expect(set._tag === "Valid" && parkRule(set.config)).toEqual({ name: ParkPolicy.defaultName, options: { ...ParkPolicy.defaultOptions, reserveSlowClassQuantile: 0.995 } })
+    expect(Config.parse({ ENGRAM_RESERVE_SLOW_CLASS_QUANTILE: ".95" })).toMatchObject({ _tag: "Valid", config: { reserveSlowClassQuantile: 0.95 } })
+    // Off, a slow class keeps the base quantile's places whatever its own quantile.
+    const off = Config.parse({ ENGRAM_RESERVE_SLOW_CLASS: "0", ENGRAM_RESERVE_SLOW_CLASS_QUANTILE: "0.995" })
+    expect(off._tag === "Valid" && parkRule(off.config).options.reserveSlowClassQuantile).toBe(ParkPolicy.defaultOptions.reserveQuantile)
+    // A program's setting is judged alike, named by its key.
+    expect(Config.parseInput({ reserveSlowClassQuantile: 0.999 })).toMatchObject({ _tag: "Valid", config: { reserveSlowClassQuantile: 0.999 } })
+    const rule = "must be a decimal number above 0.9 (every class's reserveQuantile: at or below it a slow class gains no place) and below 1"
+    const byProgram = Config.parseInput({ reserveSlowClassQuantile: 1 })
+    expect(byProgram._tag === "Invalid" && byProgram.issues.map((i) => [i.variable, i.rule])).toEqual([["reserveSlowClassQuantile", rule]])
+    for (const value of ["0.9", "0.5", "1", "1.0", "0", "-0.95", "+0.95", "9.9e-1", "0x1", "0.99 ", "ninety-nine", "99"]) {
+      const bad = Config.parse({ ENGRAM_RESERVE_SLOW_CLASS_QUANTILE: value })
+      expect(bad._tag === "Invalid" && bad.issues.map((i) => [i.variable, i.rule, i.value]), value).toEqual([["ENGRAM_RESERVE_SLOW_CLASS_QUANTILE", rule, value]])
+    }
+  })
+
   it("make-room moves are on by default, 16 a pass, a 10-minute cooldown; each bad value is named with its rule", () => {
     const d = Config.parse({})
     expect(d._tag === "Valid" && [d.config.makeRoomMoves, d.config.makeRoomMovesPerPass, d.config.makeRoomCooldownMs]).toEqual([1, 16, 600_000])

@@ -1,6 +1,7 @@
 // The README's settings table states the range of every setting the code bounds, as the code
 // bounds it: four rows gave none (an operator learned the range only from a refusal at start),
-// and the reserve and overcommit rows gave no upper bound once core gained one.
+// and the reserve and overcommit rows gave no upper bound once core gained one. An open interval
+// (a probability above one figure and below another) states both ends.
 import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
 import { Config } from "@engram/coordinator"
@@ -25,6 +26,13 @@ describe("the README's settings table", () => {
       const rule = ruleOf(variable)
       const range = /from (-?[0-9.]+) to (-?[0-9.]+)/.exec(rule)
       const least = /^must be an integer >= (-?[0-9]+)$/.exec(rule)
+      // An open interval (`ENGRAM_RESERVE_SLOW_CLASS_QUANTILE`): both ends, as the rule words them.
+      const open = /^must be a decimal number above ([0-9.]+) \(.*\) and below ([0-9.]+)$/.exec(rule)
+      if (open !== null) {
+        bounded++
+        if (!((rowOf(variable) ?? "").includes(`above ${open[1]}`) && (rowOf(variable) ?? "").includes(`below ${open[2]}`))) missing.push(`${variable} (${rule})`)
+        continue
+      }
       if (range === null && least === null) continue
       bounded++
       const row = rowOf(variable) ?? ""
