@@ -1,7 +1,8 @@
 // The dashboard at /ui in a real browser (Debian's Chromium driven by playwright-core) against
 // a real coordinator: what a person sees. Sign-in (a wrong token is refused, the admin token
 // is kept for the tab), hosts as bars with their figures, a queued session with its reason,
-// a park, and a move with its phases and one with its verdict, each appearing without a reload;
+// a park, and a move with its phases and one with its verdict, each appearing without a reload,
+// with who committed it;
 // the sessions list and its filters, a session's page with its events and its actions (park,
 // resume, a move within a budget, end), the hosts' actions, and the charts over time.
 import { startCoordinator } from "@engram/coordinator"
@@ -111,7 +112,7 @@ describe("the dashboard", { timeout: 300_000 }, () => {
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "full", wireBytes: 64 << 20, apparentBytes: 512 << 20, sendMs: 300, captureMs: 40 })).status).toBe(200)
     const row = page.locator("#moves tr", { hasText: s })
     await page.locator("#moves tr", { hasText: "in progress: 1 round, last full" }).waitFor()
-    expect((await row.locator("td").allTextContents()).slice(0, 4)).toEqual([s, `${small} → ${big}`, "700 ms", "pending"])
+    expect((await row.locator("td").allTextContents()).slice(0, 5)).toEqual([s, `${small} → ${big}`, "700 ms", "pending", "-"])
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
     const guard = { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: 600 }
     expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390, guard })).status).toBe(200)
@@ -119,6 +120,8 @@ describe("the dashboard", { timeout: 300_000 }, () => {
     const done = page.locator("#moves tr", { hasText: "committed: paused 560 ms" })
     await done.waitFor()
     expect(await done.locator("td").last().textContent()).toBe("committed: paused 560 ms (capture 40 ms · send 80 ms · commit 390 ms)")
+    // Who committed it: its source, with its phases (the By column).
+    expect((await done.locator("td").allTextContents()).slice(3, 5)).toEqual(["committed", "source"])
 
     const refused = api.post(`/v1/sessions/${s}/move`, { targetHostId: small, maxDowntimeMs: 300 })
     const back = await pendingMove(big, s)
@@ -128,7 +131,7 @@ describe("the dashboard", { timeout: 300_000 }, () => {
     expect((await refused).status).toBe(503)
     const verdict = page.locator("#moves tr", { hasText: "refused: estimate 812 ms > budget 300 ms" })
     await verdict.waitFor()
-    expect((await verdict.locator("td").allTextContents()).slice(0, 4)).toEqual([s, `${big} → ${small}`, "300 ms", "aborted"])
+    expect((await verdict.locator("td").allTextContents()).slice(0, 5)).toEqual([s, `${big} → ${small}`, "300 ms", "aborted", "-"])
     await api.del(`/v1/sessions/${s}`)
   })
 
@@ -145,13 +148,15 @@ describe("the dashboard", { timeout: 300_000 }, () => {
     const row = page.locator("#moves tr", { hasText: "650 ms" })
     // Before: "in progress: 1 round, last final" for a committed move.
     await row.filter({ hasText: "committed on a resolution: pause not measured" }).waitFor()
+    // The admin's resolve: an operator committed it (the By column).
+    expect((await row.locator("td").allTextContents()).slice(3, 5)).toEqual(["committed", "operator"])
     expect((await api.post(`/v1/moves/${move}/resend`, { owed: true })).status).toBe(200)
     // The page redraws on the fleet's next change (the mark alone changes no host, queue or
     // pending move): a host's report, as its agent sends every few seconds.
     expect((await api.put(`/v1/hosts/${small}/report`, { totalMib: 4096 + 1024, allocatableMib: 4096 + 1024, totalVcpus: 4, peerUrl: `http://${small}.test:7100` })).status).toBe(200)
     const owed = row.filter({ hasText: "committed, resend owed: the source holds the only copy and owes the target the stream" })
     await owed.waitFor()
-    expect((await owed.locator("td").allTextContents()).slice(0, 4)).toEqual([s, `${small} → ${big}`, "650 ms", "committed"])
+    expect((await owed.locator("td").allTextContents()).slice(0, 5)).toEqual([s, `${small} → ${big}`, "650 ms", "committed", "operator"])
     expect((await api.post(`/v1/moves/${move}/resend`, { owed: false })).status).toBe(200)
     await api.del(`/v1/sessions/${s}`)
   })
@@ -249,6 +254,7 @@ describe("the sessions and a session's page", { timeout: 300_000 }, () => {
     const move = await pendingMove(big, s)
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "full", wireBytes: 64 << 20, apparentBytes: 512 << 20, sendMs: 300, captureMs: 40 })).status).toBe(200)
     await page.locator("#session-move .verdict", { hasText: "in progress: 1 round, last full" }).waitFor()
+    expect(await page.locator("#move-committed-by").textContent()).toBe("-")
     expect((await api.post(`/v1/moves/${move}/rounds`, { kind: "final", wireBytes: 4 << 20, apparentBytes: 8 << 20, sendMs: 80, captureMs: 40 })).status).toBe(200)
     const guard = { allowanceMs: 400, allowanceSource: "prior", allowanceSamples: 0, estimateMs: 600 }
     expect((await api.post(`/v1/moves/${move}/commit`, { downtimeMs: 560, captureMs: 40, sendMs: 80, commitMs: 390, guard })).status).toBe(200)
@@ -259,6 +265,7 @@ describe("the sessions and a session's page", { timeout: 300_000 }, () => {
     // What the source's guard decided on, and how far off it was.
     expect(await page.locator("#move-allowance").textContent()).toBe("400 ms (the prior, ENGRAM_COMMIT_ALLOWANCE_MS: no recent commits of this host pair, too few into this target or anywhere); off by +10 ms against the commit")
     expect(await page.locator("#move-estimate").textContent()).toBe("600 ms; off by +40 ms against the pause")
+    expect(await page.locator("#move-committed-by").textContent()).toBe("its source (phases measured)")
 
     // Moving back within 300 ms (no target named: the best-ranked other host that takes moves, as
     // each host's agent here advertises a peer URL): refused by the guard (the source's abort with its estimate).
@@ -268,6 +275,7 @@ describe("the sessions and a session's page", { timeout: 300_000 }, () => {
     expect((await api.post(`/v1/moves/${back}/abort`, { reason: "estimate over budget", estimateMs: 812 })).status).toBe(200)
     await notice.getByText("Move: refused before the guest paused: estimate 812 ms > budget 300 ms; it keeps running on its host").waitFor()
     await page.locator("#session-move .verdict", { hasText: "refused: estimate 812 ms > budget 300 ms" }).waitFor()
+    expect(await page.locator("#move-committed-by").textContent()).toBe("-")
     // A move without the guard's figures shows its pair's allowance now (the cases above may have moved between these hosts).
     // Asked for by target, the pair is listed even without commits of its own: it learns from recent commits once a pool holds 5, else the prior.
     const [pair] = (await api.get(`/v1/hosts/${small}/allowances?targetHostId=${big}`)).body.items as { targetHostId: string; allowanceMs: number; source: string; samples: number }[]

@@ -5,7 +5,7 @@
 import { ApiError, api, describe, isMissingRoute, listAll } from "./api.js"
 import { charts } from "./charts.js"
 import { button, el, h, notice, sessionLink, table } from "./dom.js"
-import { age, budget, count, duration, mib, summarize, verdict } from "./format.js"
+import { age, budget, committedBy, count, duration, mib, summarize, verdict } from "./format.js"
 
 // ---- moves: listed by the API, or (older coordinators) found in the hosts' assignments ----------
 
@@ -213,8 +213,8 @@ export const render = (d, changed) => {
   )
   el("moves").replaceChildren(
     table(
-      ["Session", "From → to", "Budget", "State", "Phases or verdict"],
-      d.moves.map((m) => [sessionLink(m.sessionId), `${m.sourceHostId} → ${m.targetHostId}`, duration(m.maxDowntimeMs), m.state, verdict(m)]),
+      ["Session", "From → to", "Budget", "State", "By", "Phases or verdict"],
+      d.moves.map((m) => [sessionLink(m.sessionId), `${m.sourceHostId} → ${m.targetHostId}`, duration(m.maxDowntimeMs), m.state, committedBy(m), verdict(m)]),
       "No moves yet.",
     ),
   )

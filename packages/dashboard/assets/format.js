@@ -69,6 +69,23 @@ export const since = (s) => (s.state === "parked" ? s.parkedAt : s.state === "qu
 export const signed = (ms) => `${ms >= 0 ? "+" : "-"}${Math.round(Math.abs(ms))} ms`
 
 /**
+ * Who committed a move, for a person (the CLI's "committed by" says the same): its source (its
+ * commit with its phases), its target's resolution (it runs the guest) or an operator's; null
+ * while not committed, or committed before the field, and absent from an older coordinator.
+ */
+const committedByText = /** @type {Record<string, string>} */ ({
+  source: "its source (phases measured)",
+  target: "its target's resolution (it runs the guest)",
+  operator: "an operator (engram moves commit)",
+})
+
+/** Who committed a move in a word (`source`, `target`, `operator`), `-` when not said. @param {any} m */
+export const committedBy = (m) => (typeof m.committedBy === "string" && Object.hasOwn(committedByText, m.committedBy) ? m.committedBy : "-")
+
+/** Who committed a move in a line, `-` when not said. @param {any} m */
+export const committedByLine = (m) => committedByText[committedBy(m)] ?? "-"
+
+/**
  * A move's outcome in one line: its phases, its verdict, or how far it got. A move whose source
  * owes a resend (`resendOwed`: it holds the guest's only copy and owes the target the stream)
  * says so; an older coordinator's move has no `resendOwed`, read as not owed. @param {any} m

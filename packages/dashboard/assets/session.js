@@ -4,7 +4,7 @@
 // and phases or verdict, and its history, oldest first.
 import { ApiError, api, describe, listAll } from "./api.js"
 import { badge, button, el, h, notice, table } from "./dom.js"
-import { age, budget, bytes, clock, duration, measured, signed, since, summarize, verdict } from "./format.js"
+import { age, budget, bytes, clock, committedByLine, duration, measured, signed, since, summarize, verdict } from "./format.js"
 
 /** The session, its events, its latest move and the hosts a move may go to. @param {string} id */
 export const load = async (id) => {
@@ -210,6 +210,8 @@ const moveView = (m, allowance) => {
       h("dd", {}, [badge(m.state)]),
       h("dt", { text: "Outcome" }),
       h("dd", { className: "verdict", text: verdict(m) }),
+      h("dt", { text: "Committed by" }),
+      h("dd", { className: "committed-by", attrs: { id: "move-committed-by" }, text: committedByLine(m) }),
       h("dt", { text: "Commit allowance" }),
       h("dd", { className: "allowance", attrs: { id: "move-allowance" }, text: allowed }),
       ...guardFacts,
