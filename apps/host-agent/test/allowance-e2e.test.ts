@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, freePort, spawnAgent, until } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, freePort, reportedSince, spawnAgent, until } from "./support/E2e.js"
 
 /** Commits of about 20 ms and a guest that dirties little: the learned allowance is far under the prior. */
 const SIM = JSON.stringify({ commitMs: 20, dirtyBytesPerMs: 65_536, workingSetBytes: 1024 * 1024 })
@@ -113,9 +113,12 @@ describe("the commit allowance is learned and kept by the coordinator", () => {
   it("a restarted agent gets the learned allowance from the coordinator: the budget it refused is admitted, and the record shows the guard", async () => {
     const learned = (await admin.call("GET", "/v1/hosts/a/allowances")).body.items[0]
     const dir = agents.a!.dir
+    const since = Date.now()
     await agents.a!.kill("SIGTERM")
     agents.a = await start("a", dir)
     expect((await agents.a.status()).allowances).toEqual([]) // its own memory is empty
+    // Its host takes moves once its report is in (a restart slower than the stale window leaves it silent till then).
+    await reportedSince(admin, "a", since)
     expect((await move("a", 2 * PRIOR_MS)).status).toBe(200)
     await settledOn("a")
     const admitted = await move("b", BUDGET_MS)

@@ -10,7 +10,7 @@ import { join } from "node:path"
 import { startCoordinator, type RunningCoordinator } from "@engram/coordinator"
 import { Limits } from "@engram/core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type AgentProcess, type Api, api, type HostSpawn, registerHosts, spawnAgent, until, logLines } from "./support/E2e.js"
+import { type AgentProcess, type Api, api, type HostSpawn, registerHosts, reportedSince, spawnAgent, until, logLines } from "./support/E2e.js"
 
 // Long enough that the host stays fresh while its agent restarts (tsx compiles on start).
 const STALE_MS = 30_000
@@ -29,6 +29,14 @@ const foreign = "an image under this session's id is not of its last descent (an
 
 const start = (env: Record<string, string> = {}) =>
   spawnAgent({ ...host, dir, defaultImageDir: true, env: { ENGRAM_HEARTBEAT_STALE_WINDOW_MS: String(STALE_MS), ENGRAM_AGENT_POLL_WAIT_MS: "5000", ENGRAM_AGENT_REPORT_MS: "2000", ...env } })
+
+/** The agent stopped (SIGTERM) and started again, once the coordinator holds its new report (the host takes placements again). */
+const restart = async (env: Record<string, string> = {}) => {
+  const since = Date.now()
+  await agent.kill("SIGTERM")
+  agent = await start(env)
+  await reportedSince(admin, "h", since)
+}
 
 /** `id` (2048 MiB) runs, parks, then descends for `q` (2048 MiB: 3072 MiB of room), and `q` ends. */
 const descend = async (id: string, q: string) => {
@@ -74,8 +82,7 @@ describe("descent images outlive the agent", () => {
     expect((await admin.call("POST", "/v1/sessions", { id: "d1", memMib: 2048, vcpus: 1 })).status).toBe(201)
     await descend("d1", "q1")
 
-    await agent.kill("SIGTERM")
-    agent = await start()
+    await restart()
     const resumed = await admin.call("POST", "/v1/sessions/d1/resume")
     expect([resumed.status, resumed.body.resumed, resumed.body.hostId]).toEqual([201, "cold", "h"])
     await waitState("d1", "running")
@@ -92,8 +99,7 @@ describe("descent images outlive the agent", () => {
     await descend("d2", "q2")
     // The operator changes the image directory (as an upgrade from the temporary ones): the image stays in the old one.
     const elsewhere = join(dir, "elsewhere")
-    await agent.kill("SIGTERM")
-    agent = await start({ ENGRAM_AGENT_IMAGE_DIR: elsewhere })
+    await restart({ ENGRAM_AGENT_IMAGE_DIR: elsewhere })
     const resumed = await admin.call("POST", "/v1/sessions/d2/resume")
     expect([resumed.status, resumed.body.resumed]).toEqual([201, "cold"])
     await waitState("d2", "running", 60_000)
@@ -105,10 +111,12 @@ describe("descent images outlive the agent", () => {
 
   it("an image under a new session's id (an earlier session's of the same id) is not restored into it: the new session boots fresh", async () => {
     // d2's image stayed in the default directory (the case before ran with another one): planted under a new id.
+    const since = Date.now()
     await agent.kill("SIGTERM")
     await admin.call("DELETE", "/v1/sessions/d2")
     renameSync(join(imageDir, "d2"), join(imageDir, "d3"))
     agent = await start()
+    await reportedSince(admin, "h", since)
     expect((await admin.call("POST", "/v1/sessions", { id: "d3", memMib: 2048, vcpus: 1 })).status).toBe(201)
     await waitState("d3", "running", 60_000)
     expect(lines(agent, "restored from its descent image", "d3")).toEqual([])

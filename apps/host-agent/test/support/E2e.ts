@@ -17,7 +17,6 @@ export { freePort }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-/** Polls `f` until it answers a value that `ok` accepts, or throws after `timeoutMs`. */
 /** The agent's JSON log lines (`{time, level, msg, …fields}`) with this message (and session, when given). */
 export const logLines = (a: AgentProcess, msg: string, sessionId?: string): Record<string, unknown>[] =>
   a.output
@@ -30,6 +29,7 @@ export const logLines = (a: AgentProcess, msg: string, sessionId?: string): Reco
     })
     .filter((l) => l.msg === msg && (sessionId === undefined || l.sessionId === sessionId))
 
+/** Polls `f` until it answers a value that `ok` accepts, or throws after `timeoutMs`. */
 export const until = async <A>(what: string, f: () => Promise<A>, ok: (a: A) => boolean, timeoutMs = 15_000): Promise<A> => {
   const deadline = Date.now() + timeoutMs
   let last: A | undefined
@@ -40,6 +40,20 @@ export const until = async <A>(what: string, f: () => Promise<A>, ok: (a: A) => 
   }
   throw new Error(`timed out waiting for ${what}; last: ${JSON.stringify(last)}`)
 }
+
+/**
+ * Waits until the coordinator holds a report of `hostId`'s agent made at or after `sinceMs` and
+ * reads the host as not silent. A restarted agent's host takes placements again only then: a
+ * restart slower than the stale window (tsx compiles on start, slow on a loaded machine) leaves
+ * the host silent, and a create or resume placed meanwhile queues (202), until its first report.
+ */
+export const reportedSince = (admin: Api, hostId: string, sinceMs: number, timeoutMs = 120_000) =>
+  until(
+    `${hostId} reported since ${new Date(sinceMs).toISOString()}`,
+    async () => (await admin.call("GET", `/v1/hosts/${hostId}`)).body,
+    (h) => h?.silent !== true && typeof h?.reportedAt === "number" && h.reportedAt >= sinceMs,
+    timeoutMs,
+  )
 
 export interface Api {
   readonly call: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }> // eslint-disable-line @typescript-eslint/no-explicit-any
