@@ -23,6 +23,11 @@ export interface Case {
   readonly name: string
   readonly limits: Limits.Limits
   readonly run: CaseEffect
+  /**
+   * Its timeout as a multiple of the suite's `timeoutMs` (1 when absent): a case of many
+   * statements (hundreds of reads) gets room on a loaded machine without raising every case's.
+   */
+  readonly timeoutFactor?: number
 }
 
 /** A named group of cases: one `describe` block sharing one store. */
@@ -39,10 +44,11 @@ export const limitsOf = (overrides: Partial<Limits.Limits> = {}): Limits.Limits 
 }
 
 /** Declares a case. */
-export const kase = (name: string, run: CaseEffect, overrides: Partial<Limits.Limits> = {}): Case => ({
+export const kase = (name: string, run: CaseEffect, overrides: Partial<Limits.Limits> = {}, options: { readonly timeoutFactor?: number } = {}): Case => ({
   name,
   limits: limitsOf(overrides),
   run,
+  ...(options.timeoutFactor === undefined ? {} : { timeoutFactor: options.timeoutFactor }),
 })
 
 /** The prelude of every case: the TestClock back at 0, the store empty with the case's limits. */

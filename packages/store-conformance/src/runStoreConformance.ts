@@ -99,7 +99,7 @@ export const runStoreConformance = (
       layer(storeLayer, { timeout: timeoutMs })(group.name, (it) => {
         for (const c of group.cases) {
           const reason = skip[c.name]
-          const timeout = group.name === "properties" ? timeoutMs * 10 : timeoutMs
+          const timeout = (group.name === "properties" ? timeoutMs * 10 : timeoutMs) * (c.timeoutFactor ?? 1)
           if (reason !== undefined) {
             it.skip(`${c.name} [skipped: ${reason}]`, () => {})
             continue

@@ -231,6 +231,9 @@ export const guard: Group = {
           }
         }
       }),
+      {},
+      // 80 moves and some 200 reads: four times the suite's timeout (17 s of 30 at load 20, c129).
+      { timeoutFactor: 4 },
     ),
     kase(
       "a pair's commits stay oldest first, its last at its `updatedAt`, when the clock steps back; the bounded read is still core's over every pair",
