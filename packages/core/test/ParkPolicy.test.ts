@@ -231,7 +231,7 @@ describe("ParkPolicy", () => {
     const before = { ...ParkPolicy.defaultOptions, reserveLeadPerClass: false, reserveGroups: false, reserveSlowClassQuantile: 0.9 }
     const lead60 = { ...before, reserveLeadMs: 60_000 }
 
-    it("the default knobs: the simulator's sweep's winner (a 20 s lead plus each class's descent, groups by the meter's variance, 90 %, parks 5 min old first, young parks from 15 s, no queue peaks)", () => {
+    it("the default knobs: the simulator's sweep's winner (a 20 s lead plus each class's descent, groups by the meter's variance, 90 %, parks 5 min old first, young parks from 15 s, a 10 min hold of queue peaks that are bursts at 99.9 %)", () => {
       expect(ParkPolicy.defaultOptions).toMatchObject({
         reserveLeadMs: 20_000,
         reserveLeadPerClass: true,
@@ -240,8 +240,9 @@ describe("ParkPolicy", () => {
         reserveMinParkAgeMs: 300_000,
         reserveYoungToo: true,
         reserveYoungMinAgeMs: 15_000,
-        reserveBurstHoldMs: 0,
+        reserveBurstHoldMs: 600_000,
         reserveBurstShare: 1,
+        reserveBurstQuantile: 0.999,
         reserveGroups: true,
         reserveGroupMax: 8,
       })
@@ -382,7 +383,8 @@ describe("ParkPolicy", () => {
 
     it("a queue peak: a class that once queued in a group keeps places for the whole group while the hold lasts", () => {
       const fleet = fullOfParks()
-      const held = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 30 * 60_000 }
+      // Every peak counts (no burst test, `reserveBurstQuantile` 0: the hold as first measured).
+      const held = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 30 * 60_000, reserveBurstQuantile: 0 }
       const plain = ParkPolicy.expectedArrivals(fleet, recent, held)
       // Eight 8 GiB sessions queued at once: eight places of the class, more than its Poisson quantile.
       const peaks = [{ sizeClass: ParkPolicy.sizeClass(8 * GiB), memMib: 8 * GiB, vcpus: 2, count: 8 }]
@@ -400,6 +402,69 @@ describe("ParkPolicy", () => {
       expect(both.slice(2)).toEqual(plain)
       // The share: half the peak, rounded up.
       expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: big }, { ...held, reserveBurstShare: 0.5 }).filter((b) => b.memMib === 32 * GiB).length).toBe(1)
+    })
+
+    it("a burst test: with reserveBurstQuantile a queue peak keeps places only above its class's own Poisson quantile over its lead", () => {
+      const fleet = fullOfParks()
+      const held = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 10 * 60_000, reserveBurstQuantile: 0.999 }
+      const plain = ParkPolicy.expectedArrivals(fleet, recent, { ...held, reserveBurstHoldMs: 0 })
+      // 1 GiB/s of 8 GiB sessions over the 20 s lead plus an 8 GiB descent (2.93 s): 2.87 expected; 9 reach 99.9 %.
+      const mean = (1024 / (8 * GiB)) * (20 + (8 * GiB) / 2800)
+      expect(ParkPolicy.groupedQuantile(mean, 1, 0.999)).toBe(9)
+      const peakOf = (count: number, vcpus = 2) => [{ sizeClass: ParkPolicy.sizeClass(8 * GiB), memMib: 8 * GiB, vcpus, count }]
+      // Eight queued at once is no burst at 99.9 % (the hold without the test keeps eight places): nothing changes, not even the class's vCPUs.
+      expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: peakOf(8) }, { ...held, reserveBurstQuantile: 0 }).length).toBe(8)
+      expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: peakOf(8) }, held)).toEqual(plain)
+      // Ten is: ten places of the class, at the peak's budget.
+      const burst = ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: peakOf(10) }, held)
+      expect(burst).toEqual(Array.from({ length: 10 }, () => ({ memMib: 8 * GiB, vcpus: 2 })))
+      // A class with no park nor queued session now has no arrivals of its own: any peak of it is a burst.
+      const big = [{ sizeClass: ParkPolicy.sizeClass(32 * GiB), memMib: 32 * GiB, vcpus: 4, count: 1 }]
+      expect(ParkPolicy.expectedArrivals(fleet, { ...recent, queuedPeaks: big }, held)).toEqual([{ memMib: 32 * GiB, vcpus: 4 }, ...plain])
+      // The test itself: above the quantile of the groups' count; 0 or less: every peak.
+      expect(ParkPolicy.burstCounts(9, mean, 1, 0.999)).toBe(false)
+      expect(ParkPolicy.burstCounts(10, mean, 1, 0.999)).toBe(true)
+      expect(ParkPolicy.burstCounts(1, mean, 1, 0)).toBe(true)
+      expect(ParkPolicy.burstCounts(16, mean, 4, 0.999)).toBe(16 > ParkPolicy.groupedQuantile(mean, 4, 0.999))
+    })
+
+    it("a burst test: on a steady stream (every peak at most its class's quantile) the hold changes no place", () => {
+      fc.assert(
+        fc.property(
+          fc.array(fc.constantFrom(2, 4, 8, 16, 32), { minLength: 1, maxLength: 40 }),
+          fc.integer({ min: 64, max: 8192 }),
+          fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined }),
+          fc.array(fc.tuple(fc.constantFrom(2, 4, 8, 16, 32), fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 1, max: 16 })), { maxLength: 5 }),
+          fc.constantFrom(0.99, 0.999, 0.9999),
+          (sizes, rate, spread, rawPeaks, q) => {
+            const fleet: FleetView = {
+              hosts: [fleetHost("h0", 1024 * GiB, 1024 * GiB, sizes.map((g, j) => park(`p${j}`, OLD, g * GiB)))],
+              queue: [],
+            }
+            const options = { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 10 * 60_000, reserveBurstQuantile: q }
+            const dispersion = spread === undefined ? undefined : spread * 8 * GiB
+            const base = { reservedMibPerSec: rate, reservedMibDispersion: dispersion }
+            // Each class's own mean over its lead and the group factor, as the reserve counts them.
+            const mib = sizes.reduce((a, g) => a + g * GiB, 0)
+            const squares = sizes.reduce((a, g) => a + (g * GiB) ** 2, 0)
+            const group = ParkPolicy.groupFactor(dispersion, squares / mib, options.reserveGroupMax)
+            const perSecond = rate / (mib / sizes.length)
+            const seen = new Set<number>()
+            const peaks: ParkPolicy.ClassPeak[] = []
+            for (const [g, share, vcpus] of rawPeaks) {
+              const k = ParkPolicy.sizeClass(g * GiB)
+              if (seen.has(k) || !sizes.includes(g)) continue
+              seen.add(k)
+              const ownMean = (perSecond * (20 + (g * GiB) / 2800) * sizes.filter((x) => x === g).length) / sizes.length
+              // A peak from 0 up to the class's quantile: no burst.
+              const count = Math.floor(share * ParkPolicy.groupedQuantile(ownMean, group, q))
+              if (count > 0) peaks.push({ sizeClass: k, memMib: g * GiB, vcpus, count })
+            }
+            const held = ParkPolicy.expectedArrivals(fleet, { ...base, queuedPeaks: peaks }, options)
+            expect(held).toEqual(ParkPolicy.expectedArrivals(fleet, base, { ...options, reserveBurstHoldMs: 0 }))
+          },
+        ),
+      )
     })
 
     it("the group factor: the measured dispersion over the sizes' own, in whole groups, 1 to the clamp", () => {

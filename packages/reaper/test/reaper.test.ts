@@ -997,9 +997,9 @@ describe("the queue's peaks in the pass", () => {
       yield* TestClock.adjust("2 seconds")
       yield* Reaper.pass({ policy, policyOptions: held, state })
       assert.deepStrictEqual(peaksOf(seen.at(-1)), [[10, 3]])
-      // With the hold off (the default) no peak is kept.
+      // With the hold off no peak is kept.
       const off = ReaperState.make()
-      yield* Reaper.pass({ policy: "demand-reserve", state: off })
+      yield* Reaper.pass({ policy: "demand-reserve", policyOptions: { ...ParkPolicy.defaultOptions, reserveBurstHoldMs: 0 }, state: off })
       assert.deepStrictEqual(off.queuePeaks.peaks(), [])
     }).pipe(Effect.provide(storeLayer())))
 })
