@@ -17,7 +17,9 @@ import { Clock, Context, Effect, Layer, Redacted } from "effect"
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join, resolve } from "node:path"
+import { HttpServerRequest } from "effect/http"
 import { credentialTopic } from "./Notifier.js"
+import * as Parking from "./Parking.js"
 import { addTo, removeFrom } from "./SetsByKey.js"
 
 /** A new random token: 32 bytes, base64url. */
@@ -308,9 +310,13 @@ export const BearerAuthLive: Layer.Layer<BearerAuth, never, Credentials> = Layer
         // The principal and credential added to the request's context in one step (as provideService does, without its second copy).
         const as = (held: Credential) =>
           Effect.updateContext(httpEffect, (context) => Context.add(Context.add(context, CurrentPrincipal, held.principal), CurrentCredential, held)) as Out<never>
-        return Effect.suspend((): Out<Unauthorized | ServiceUnavailable> => {
+        return Effect.withFiber((fiber): Out<Unauthorized | ServiceUnavailable> => {
           const hash = bearerHash(credential)
           if (hash === null) return Effect.fail(unauthorized("missing bearer token"))
+          // A parked long-poll's route run again (`Parking`): the credential it was admitted with.
+          const request = Context.getOrUndefined(fiber.context, HttpServerRequest.HttpServerRequest)
+          const parked = request === undefined ? undefined : (Parking.admittedOf(request) as Credential | null | undefined)
+          if (parked != null && parked.tokenHash === hash) return as(parked)
           const noticesAt = credentials.notices()
           return Effect.flatMap(credentials.principalOf(hash), (principal): Out<Unauthorized> =>
             principal === null ? Effect.fail(unauthorized("invalid bearer token")) : as({ tokenHash: hash, principal, noticesAt }),

@@ -26,6 +26,7 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import type { Socket } from "node:net"
 import { placementsPath } from "./Forward.js"
 import { keyName } from "./HttpErrors.js"
+import * as Parking from "./Parking.js"
 import { cutStoreCalls } from "./StoreBound.js"
 import type { MetricsShape } from "./Metrics.js"
 
@@ -115,6 +116,12 @@ const lacksHost = (request: HttpServerRequest.HttpServerRequest): boolean =>
 
 const noHostAnswer = () =>
   json(400, { error: "InvalidInput", field: "host", rule: "must be present: an HTTP/1.1 request names its host (RFC 9112 §3.2)", in: "headers" }, { connection: "close" })
+
+/**
+ * Whether a request may be an assignments long-poll, whose route parks (`ParkedPoll`) when the
+ * edge holds it (`Parking.hold`; a route not held waits in its fiber instead).
+ */
+const mayPark = (request: HttpServerRequest.HttpServerRequest): boolean => request.url.includes("/assignments")
 
 /** The liveness probes the edge answers itself (`{ok: true}`, as the API documents them). */
 const probePaths: ReadonlySet<string> = new Set(["/livez", "/healthz"])
@@ -394,6 +401,9 @@ export const edge = (options: EdgeOptions) => {
       }
       HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answeredTotal(request, startedAt, response, req))
       // The body limit itself (`HttpIncomingMessage.MaxBodySize`) is set once on the server.
+      // An agent's assignments long-poll parks no fiber while it waits (`Parking`): held here, at
+      // the request's outermost frame, and its route run again once the poll is woken.
+      if (mayPark(request)) return Parking.hold(request, app)
       return app
     })
 }

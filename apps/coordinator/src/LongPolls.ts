@@ -9,6 +9,7 @@
 import { TooManyRequests, Unauthorized } from "@engram/api"
 import { Changes } from "@engram/store"
 import { Array as Arr, Context, Effect, Layer } from "effect"
+import type { Exit } from "effect"
 import type { Credential } from "./Auth.js"
 import { Credentials, CurrentCredential } from "./Auth.js"
 import { maxGroupedReads } from "./GroupedReads.js"
@@ -37,12 +38,35 @@ export interface Caps {
   readonly total: number
 }
 
+/** An admitted long-poll (`LongPollsShape.admit`), counted and revocable until released. */
+export interface Ticket {
+  /** The credential admitted. */
+  readonly credential: Credential
+  /** Ends the poll's waits (its credential revoked, or the coordinator stopping): open its watch with it. */
+  readonly end: WaitEndHandle
+}
+
+/** Makes a region interruptible again inside `Effect.uninterruptibleMask` (its `restore`). */
+export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
 export interface LongPollsShape {
   /**
    * Runs a long-poll of the current request's credential: 429 beyond the caps, 401 as soon as
    * the credential is revoked (the wait is interrupted), else the wait's own answer.
    */
   readonly run: <A, E, R>(wait: Effect.Effect<A, E, R>) => Effect.Effect<A, E | TooManyRequests | Unauthorized, R>
+  /**
+   * `run`'s parts, for a long-poll that holds no fiber while it waits (`ParkedPoll`): admits one
+   * of the current request's credential (429 beyond the caps, 401 when revoked since it was
+   * authenticated; null when the request has none: nothing to count), `restore` making its store
+   * read interruptible (the caller holds the ticket in `Effect.uninterruptibleMask`, so no
+   * interruption falls between the ticket and its owner). The ticket counts until `release`d.
+   */
+  readonly admit: (restore: Restore) => Effect.Effect<Ticket | null, TooManyRequests | Unauthorized>
+  /** The answer of an admitted poll whose wait ended, as `run` gives it (401 when its credential was revoked meanwhile). */
+  readonly settle: <A, E>(ticket: Ticket | null, answer: Exit.Exit<A, E>) => Effect.Effect<A, E | Unauthorized>
+  /** Releases an admitted poll's ticket (it no longer counts against the caps). */
+  readonly release: (ticket: Ticket) => void
   /** How many long-polls are open now. */
   readonly open: () => number
   /**
@@ -79,8 +103,7 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         })
       // The open long-polls of host tokens, by host: a credential notice checks each one's token
       // (after the notice dropped the credential's copy) and ends the revoked ones with 401.
-      interface Open {
-        readonly credential: Credential
+      interface Open extends Ticket {
         /** Ends the poll's waits (its credential revoked): they answer at once, and the poll 401. */
         readonly end: WaitEndHandle
         /** A credential notice of its host came while it was open (set at once, before the check's store read). */
@@ -195,15 +218,15 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           if (stopping) endWaits(p.end)
           return Effect.succeed(p)
         })
-      const leave = (p: Open) =>
-        Effect.sync(() => {
-          const c = p.credential
-          const held = (byCredential.get(c.tokenHash) ?? 1) - 1
-          if (held <= 0) byCredential.delete(c.tokenHash)
-          else byCredential.set(c.tokenHash, held)
-          if (c.principal._tag === "Host") removeFrom(openByHost, c.principal.hostId, p)
-          all.delete(p)
-        })
+      const leaveNow = (p: Open) => {
+        const c = p.credential
+        const held = (byCredential.get(c.tokenHash) ?? 1) - 1
+        if (held <= 0) byCredential.delete(c.tokenHash)
+        else byCredential.set(c.tokenHash, held)
+        if (c.principal._tag === "Host") removeFrom(openByHost, c.principal.hostId, p)
+        all.delete(p)
+      }
+      const leave = (p: Open) => Effect.sync(() => leaveNow(p))
 
       /**
        * A host's poll, filed (later notices touch it), is refused with 401 when a credential
@@ -218,6 +241,20 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           return Effect.flatMap(stillActs(c.tokenHash, hostId), (acts) => (acts ? Effect.void : Effect.fail(revokedError(hostId))))
         })
 
+      /** The answer of an admitted poll whose wait ended (`answer`): 401 when its credential was revoked meanwhile. */
+      const settled = <A, E>(p: Open, answer: Exit.Exit<A, E>): Effect.Effect<A, E | Unauthorized> => {
+        const c = p.credential
+        // Ended because the coordinator stops: the wait's own answer, not a revocation.
+        if (c.principal._tag !== "Host" || stopping) return answer
+        const hostId = c.principal.hostId
+        if (p.end.ended) return Effect.fail(revokedError(hostId))
+        // The same notice that revoked the credential (a host removed) can wake the wait before
+        // the revocation's check has read the store: a poll touched by a credential notice
+        // answers (a success or an error) only once its credential is known to still act.
+        if (!p.touched) return answer
+        return Effect.flatMap(stillActs(c.tokenHash, hostId), (acts): Effect.Effect<A, E | Unauthorized> => (acts ? answer : Effect.fail(revokedError(hostId))))
+      }
+
       // No fiber of its own: the wait runs in the request's fiber, with the poll's `WaitEnd` in
       // context, so a revocation ends the wait's watch (`Notifier`) rather than racing it.
       const run: LongPollsShape["run"] = <A, E, R>(wait: Effect.Effect<A, E, R>) =>
@@ -226,29 +263,23 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
           const c = credential.value
           return Effect.acquireUseRelease(
             enter(c),
-            (p) =>
-              Effect.andThen(
-                admitted(c),
-                Effect.flatMap(Effect.exit(Effect.provideService(wait, WaitEnd, p.end)), (answer): Effect.Effect<A, E | Unauthorized, R> => {
-                // Ended because the coordinator stops: the wait's own answer, not a revocation.
-                if (c.principal._tag !== "Host" || stopping) return answer
-                const hostId = c.principal.hostId
-                if (p.end.ended) return Effect.fail(revokedError(hostId))
-                // The same notice that revoked the credential (a host removed) can wake the wait before
-                // the revocation's check has read the store: a poll touched by a credential notice
-                // answers (a success or an error) only once its credential is known to still act.
-                if (!p.touched) return answer
-                return Effect.flatMap(stillActs(c.tokenHash, hostId), (acts): Effect.Effect<A, E | Unauthorized> => (acts ? answer : Effect.fail(revokedError(hostId))))
-                }),
-              ),
+            (p) => Effect.andThen(admitted(c), Effect.flatMap(Effect.exit(Effect.provideService(wait, WaitEnd, p.end)), (answer) => settled(p, answer))),
             leave,
           )
         })
+      const admit: LongPollsShape["admit"] = (restore) =>
+        Effect.flatMap(Effect.serviceOption(CurrentCredential), (credential): Effect.Effect<Ticket | null, TooManyRequests | Unauthorized> => {
+          if (credential._tag === "None") return Effect.succeed(null)
+          const c = credential.value
+          return Effect.flatMap(enter(c), (p) => Effect.as(Effect.onExit(restore(admitted(c)), (exit) => (exit._tag === "Failure" ? leave(p) : Effect.void)), p))
+        })
+      const settle: LongPollsShape["settle"] = (ticket, answer) => (ticket === null ? answer : settled(ticket as Open, answer))
+      const release: LongPollsShape["release"] = (ticket) => leaveNow(ticket as Open)
       const endAll = Effect.sync(() => {
         stopping = true
         for (const p of all) endWaits(p.end)
       })
-      return LongPolls.of({ run, open: () => all.size, sweeps: () => ({ ...sweeps }), endAll })
+      return LongPolls.of({ run, admit, settle, release, open: () => all.size, sweeps: () => ({ ...sweeps }), endAll })
     }),
   )
 }

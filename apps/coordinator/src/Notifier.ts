@@ -33,6 +33,25 @@ export interface Watch {
   readonly next: (timeoutMs: number, options?: { readonly exact?: boolean }) => Effect.Effect<Woken>
 }
 
+/** Who a parked wait (`OpenWatch.park`) tells when it answers: called once, with why. */
+export interface Parker {
+  readonly woken: (why: Woken) => void
+}
+
+/**
+ * A watch opened without a scope or a fiber (`NotifierShape.open`), closed by its owner: what a
+ * long-poll that parks no fiber while it waits holds (`ParkedPoll`).
+ */
+export interface OpenWatch extends Watch {
+  /**
+   * As `next`, without a fiber: answers at once (the reason) when `next` would, else arms the
+   * wait from `now` (Effect Clock's, read by the caller) and answers null; `parker` is then told
+   * once, when the wait answers (not when the watch is closed first).
+   */
+  readonly park: (now: number, timeoutMs: number, parker: Parker) => Woken | null
+  readonly close: () => void
+}
+
 /**
  * A handler's write and the notices it owes, as one step its client's leaving does not cut (an
  * uninterruptible region; every store call in it keeps its own bound, `StoreBound`, and a
@@ -77,6 +96,8 @@ export const endedTopics = (
 export interface NotifierShape {
   /** Announces that these topics changed: wakes their waiters here and on every replica. */
   readonly notify: (...topics: readonly (string | null | undefined)[]) => Effect.Effect<void>
+  /** Opens a watch on `topics` (ended with `end`, when given) until its owner closes it. */
+  readonly open: (topics: readonly string[], end: WaitEndHandle | null) => OpenWatch
   /** Opens a watch on `topics` until the scope closes. */
   readonly watch: (topics: readonly string[]) => Effect.Effect<Watch, never, Scope.Scope>
   /**
@@ -150,11 +171,13 @@ interface Registry {
  * up to 30 s, and at 10,000 agents every object a poll holds is copied by the young generation's
  * collector (once within it, once into the old): no closures of its own per watch and per wait.
  */
-class Entry implements Watch {
+class Entry implements OpenWatch {
   /** What happened since the last `next` answered: nothing, a possible miss, a change. */
   pending: Woken | null = null
   /** The wait in progress (a `next` suspended): its fiber's resume, called once. */
   resume: ((answer: Effect.Effect<Woken>) => void) | null = null
+  /** The parked wait in progress (`park`), told once; never set with `resume`. */
+  parker: Parker | null = null
   /** The wheel's slot of the wait in progress, or null. */
   slot: number | null = null
   /** The timeout of the `next` being set up, and whether its deadline is exact (read by `begin`). */
@@ -171,6 +194,16 @@ class Entry implements Watch {
   }
   close(): void {
     this.registry.close(this)
+  }
+  park(now: number, timeoutMs: number, parker: Parker): Woken | null {
+    if (this.end?.ended === true) return "ended"
+    const already = this.pending
+    this.pending = null
+    if (already !== null) return already
+    if (!(timeoutMs > 0)) return "timeout"
+    this.parker = parker
+    this.registry.enslot(this, Math.ceil((now + timeoutMs - earlyMs(timeoutMs)) / slotMs) * slotMs)
+    return null
   }
   next(timeoutMs: number, options?: { readonly exact?: boolean }): Effect.Effect<Woken> {
     return Effect.suspend(() => {
@@ -238,10 +271,13 @@ const make = Effect.gen(function* () {
   /** Answers the wait in progress on `e` (if any) with `why`. */
   const answer = (e: Entry, why: Woken): boolean => {
     const r = e.resume
-    if (r === null) return false
+    const parker = e.parker
+    if (r === null && parker === null) return false
     e.resume = null
+    e.parker = null
     unslot(e)
-    r(answers[why])
+    if (r !== null) r(answers[why])
+    else parker?.woken(why)
     return true
   }
   const sleepUntilRearmed = Effect.callback<void>((resume) => {
@@ -323,6 +359,7 @@ const make = Effect.gen(function* () {
       for (const t of e.topics) removeFrom(byTopic, t, e)
       e.end?.watches.delete(e)
       e.resume = null
+      e.parker = null
       unslot(e)
     },
   }
@@ -358,6 +395,7 @@ const make = Effect.gen(function* () {
 
   return Notifier.of({
     notify: (...topics) => changes.publish(topicsOf(topics)),
+    open,
     watch,
     withWatch,
     wait: (topics, timeoutMs) => withWatch(topics, (w) => Effect.map(w.next(timeoutMs), (why) => why === "changed" || why === "missed")),

@@ -3,7 +3,7 @@
 // when they begin and when a change made through replica A wakes them, never on a timer. A
 // rotated or removed host token ends B's open long-polls with 401 at once (SPEC §13), and a
 // host token holds only a few long-polls open at once (429 beyond).
-import { LongPolls, startCoordinator } from "@engram/coordinator"
+import { LongPolls, Notifier, startCoordinator } from "@engram/coordinator"
 import type { RunningCoordinator } from "@engram/coordinator"
 import { ChangesPg, StorePg } from "@engram/store-pg"
 import { freshDatabase } from "@engram/test-pg"
@@ -115,6 +115,31 @@ describe("waits across replicas on PostgreSQL", () => {
     await client(a.url, adminToken).post("/v1/sessions", { id: "waits-s5", memMib: 512, vcpus: 1, affinity: ["waits-h5"] })
     expect((await Promise.all(held)).map((r) => r.status)).toEqual([200, 200])
     expect((await agentOnB.get(`/v1/hosts/waits-h5/assignments?waitMs=0`)).status).toBe(200)
+  })
+
+  it("a long-poll whose agent leaves while it waits (its request parked at the edge) frees its slot and its watch at once", async () => {
+    const token = await register("waits-h6")
+    const first = await client(b.url, token).get("/v1/hosts/waits-h6/assignments")
+    const watching = () => b.run(Effect.map(Effect.service(Notifier), (n) => n.watching()))
+    const watchingBefore = await watching()
+    const leaving = new AbortController()
+    const left = fetch(`${b.url}/v1/hosts/waits-h6/assignments?waitMs=30000&since=${first.body.version as string}`, {
+      headers: { authorization: `Bearer ${token}` },
+      signal: leaving.signal,
+    }).catch(() => "left")
+    await until(async () => (await openPolls(b)) === 1)
+    expect(await watching()).toBe(watchingBefore + 1)
+    leaving.abort()
+    expect(await left).toBe("left")
+    await until(async () => (await openPolls(b)) === 0)
+    expect(await watching()).toBe(watchingBefore)
+    // The token's slots are all free: its cap of polls opens again.
+    const path = `/v1/hosts/waits-h6/assignments?waitMs=30000&since=${first.body.version as string}`
+    const agentOnB = client(b.url, token)
+    const held = [agentOnB.get(path), agentOnB.get(path)]
+    await until(async () => (await openPolls(b)) === 2)
+    await client(a.url, adminToken).post("/v1/sessions", { id: "waits-s6", memMib: 512, vcpus: 1, affinity: ["waits-h6"] })
+    expect((await Promise.all(held)).map((r) => r.status)).toEqual([200, 200])
   })
 })
 

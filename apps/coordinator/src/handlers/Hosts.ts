@@ -11,6 +11,8 @@ import { hashToken, newToken, requireHostOrAdmin } from "../Auth.js"
 import * as HandlerGroup from "../HandlerGroup.js"
 import { api } from "../HttpErrors.js"
 import { LongPolls } from "../LongPolls.js"
+import * as ParkedPoll from "../ParkedPoll.js"
+import * as Parking from "../Parking.js"
 import { Settings } from "../Settings.js"
 import { Metrics } from "../Metrics.js"
 import { credentialTopic, fleetTopic, hostTopic, Notifier, sessionTopic, withNotices } from "../Notifier.js"
@@ -25,6 +27,7 @@ export const HostsHandlers = HandlerGroup.make(
     const drainer = yield* Drainer
     const assignments = yield* Assignments
     const longPolls = yield* LongPolls
+    const assignmentsPoll = ParkedPoll.make(notifier, longPolls, (hostId) => api(assignments.read(hostId)))
     // Hosts whose new peer URL their moves' sources have not been told yet (the pending-moves
     // read failed): told at their next report, changed or not. What a report changed is the
     // store's answer (judged inside its write), so no other memory of reports is kept here.
@@ -227,8 +230,17 @@ export const HostsHandlers = HandlerGroup.make(
         .handle("cordon", ({ params }) => setState(params.id, "cordoned"))
         .handle("uncordon", ({ params }) => setState(params.id, "ready"))
         .handle("drain", ({ params }) => setState(params.id, "draining"))
-        .handle("assignments", ({ params, query }) =>
-          requireHostOrAdmin(params.id).pipe(Effect.andThen(longPolls.run(api(assignments.poll(params.id, { waitMs: query.waitMs ?? 0, since: query.since }))))),
+        // Parks no fiber while it waits (`ParkedPoll`) when the edge holds the request (it holds
+        // every request whose URL names assignments); else it waits in the request's fiber.
+        .handle("assignments", ({ params, query, request }) =>
+          requireHostOrAdmin(params.id).pipe(
+            Effect.andThen(Parking.isHeld),
+            Effect.flatMap((held) =>
+              held
+                ? assignmentsPoll(request, params.id, { waitMs: query.waitMs ?? 0, since: query.since })
+                : longPolls.run(api(assignments.poll(params.id, { waitMs: query.waitMs ?? 0, since: query.since }))),
+            ),
+          ),
         )
     )
   }),
