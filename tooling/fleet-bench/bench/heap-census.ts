@@ -23,10 +23,30 @@ export const census = async (): Promise<Census> => {
   const width = fields.length
   const [typeAt, nameAt, sizeAt] = [fields.indexOf("type"), fields.indexOf("name"), fields.indexOf("self_size")]
   const out: Census = new Map()
-  for (let i = 0; i < s.nodes.length; i += width) {
+  const kindOf = (i: number): string => {
     const type = types[s.nodes[i + typeAt] as number] ?? "?"
     const name = type === "object" || type === "closure" ? (s.strings[s.nodes[i + nameAt] as number] ?? "?") : ""
-    const key = `${type}${name === "" ? "" : `:${name}`}`
+    return `${type}${name === "" ? "" : `:${name}`}`
+  }
+  // `HEAP_CENSUS_OWNERS=1`: arrays and closure contexts are named by the first object that holds them (`array<-object:Map`).
+  const owners = new Map<number, string>()
+  if (process.env["HEAP_CENSUS_OWNERS"] === "1") {
+    const full = s as Snapshot & { readonly edges: number[]; readonly snapshot: { readonly meta: { readonly edge_fields: string[] } } }
+    const edgeWidth = full.snapshot.meta.edge_fields.length
+    const [countAt, toAt] = [fields.indexOf("edge_count"), full.snapshot.meta.edge_fields.indexOf("to_node")]
+    let e = 0
+    for (let i = 0; i < s.nodes.length; i += width) {
+      const owner = kindOf(i)
+      for (let k = 0; k < (s.nodes[i + countAt] as number); k++, e += edgeWidth) {
+        const to = full.edges[e + toAt] as number
+        if (!owners.has(to) && !owner.startsWith("array") && !owner.startsWith("hidden") && !owner.startsWith("synthetic")) owners.set(to, owner)
+      }
+    }
+  }
+  for (let i = 0; i < s.nodes.length; i += width) {
+    const own = kindOf(i)
+    const owner = own === "array" || own === "object:system / Context" || own === "object:Map" || own === "object:Set" || own === "object:Object" ? owners.get(i) : undefined
+    const key = owner === undefined ? own : `${own}<-${owner}`
     const row = out.get(key) ?? { count: 0, bytes: 0 }
     row.count++
     row.bytes += s.nodes[i + sizeAt] as number

@@ -82,7 +82,13 @@ try {
   const perWaiterKiB = ((during - before) * 1024) / N
   if (census0 !== null) {
     console.log(`what one open long-poll holds (objects and bytes per poll, by kind; ${N} open):`)
-    for (const [kind, count, bytes] of growth(census0, await census(), N)) console.log(`  ${bytes.toFixed(0).padStart(7)} B ${count.toFixed(2).padStart(7)} × ${kind}`)
+    const census1 = await census()
+    for (const [kind, count, bytes] of growth(census0, census1, N, Number(process.env["WAITER_CENSUS_TOP"] ?? 30))) console.log(`  ${bytes.toFixed(0).padStart(7)} B ${count.toFixed(2).padStart(7)} × ${kind}`)
+    const all = growth(census0, census1, N, Number.POSITIVE_INFINITY)
+    const total = (rows: readonly [string, number, number][]) => rows.reduce((sum, [, , bytes]) => sum + bytes, 0)
+    // Every kind's growth summed (kinds that shrank included), and the same without V8's own (`hidden`, `synthetic`, code, shapes).
+    const ownKinds = all.filter(([kind]) => !/^(hidden|synthetic|code|object shape)/.test(kind))
+    console.log(`  total: ${(total(all) / 1024).toFixed(2)} KiB per poll; objects (without V8's hidden, synthetic, code and shapes): ${(total(ownKinds) / 1024).toFixed(2)} KiB`)
   }
   report({ bench: "fleet", figure: `JS heap per open assignments long-poll (${N} open, after GC)`, value: perWaiterKiB, unit: "KiB", baseline: `heap ${before.toFixed(1)} → ${during.toFixed(1)} MiB` })
 } finally {
