@@ -104,6 +104,15 @@ export interface Record {
    */
   readonly resendOwed: boolean
   /**
+   * How many times the resend mark was cleared (the move's target before it resumes a stream sent
+   * again, or its source once its debt is over): the mark's generation. A source's tell names the
+   * count it read before it (`seenClears`), and a tell made before a clear it did not see changes
+   * nothing (`resendTellStale`): a tell its source's client gave up on, reaching the store after
+   * the target's clear and resume, never sets the mark again. Optional: absent (a store that keeps
+   * none, or an older one) reads as 0.
+   */
+  readonly resendClears?: number
+  /**
    * Who committed the move (`CommittedBy`); null while it is not committed, or when it was
    * committed before the record kept it. Optional: a store that keeps none may leave it out
    * (read a missing one as null).
@@ -139,6 +148,34 @@ export const refuseResendMark = (m: Pick<Record, "id" | "state" | "phases">, owe
       : m.phases !== null
         ? { _tag: "Conflict", moveId: m.id, reason: "a resend is owed only on a move committed without phases; its source confirmed that the target runs the guest" }
         : null
+
+/**
+ * Whether a tell of the resend mark is stale: it sets the mark (`owed`) naming the clears it saw
+ * (`seenClears`, the move's `resendClears` its source read before the tell) and the mark was
+ * cleared since (the target cleared it before it resumed a stream sent again, or the source once
+ * its debt was over). A stale tell changes nothing: the store answers the move as it is. A tell
+ * without `seenClears` (a source's agent older than the count) is never stale: it sets the mark
+ * as before the count. A clear is never stale.
+ */
+export const resendTellStale = (m: Pick<Record, "resendClears">, owed: boolean, seenClears: number | undefined): boolean =>
+  owed && seenClears !== undefined && seenClears < (m.resendClears ?? 0)
+
+/**
+ * The resend mark after a tell (`owed` true) or a clear (false) that `refuseResendMark` lets
+ * through, or null when it changes nothing: a stale tell (`resendTellStale`), or a clear of a move
+ * that may carry no mark (not committed without phases: nothing to clear, nothing counted). Any
+ * other clear counts (`resendClears` + 1), even of a mark already clear: a tell in flight from
+ * before it must not set the mark after it.
+ */
+export const resendMarkStep = (
+  m: Pick<Record, "id" | "state" | "phases" | "resendOwed" | "resendClears">,
+  owed: boolean,
+  seenClears: number | undefined,
+): { readonly resendOwed: boolean; readonly resendClears: number } | null => {
+  const clears = m.resendClears ?? 0
+  if (owed) return resendTellStale(m, owed, seenClears) ? null : { resendOwed: true, resendClears: clears }
+  return refuseResendMark(m, true) === null ? { resendOwed: false, resendClears: clears + 1 } : null
+}
 
 /** Whether the move's final round is recorded: its guest paused and the stream sent (or being sent). */
 export const finalRoundRecorded = (m: Pick<Record, "rounds">): boolean => m.rounds.some((r) => r.kind === "final")

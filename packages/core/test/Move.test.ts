@@ -157,3 +157,32 @@ describe("Move.takesMoves: a host is a move's target only when its agent adverti
     for (const url of ["http://0.0.0.0:7100", "http://[::]:7100", "http://0:7100", "not a url"]) expect(Move.takesMoves(url), url).toBe(false)
   })
 })
+
+describe("resendMarkStep (the resend mark's generation: a tell before a clear it did not see changes nothing)", () => {
+  const unconfirmed = { id: "m", state: "committed" as const, phases: null, resendOwed: false, resendClears: 2 }
+  it("a tell naming fewer clears than the move holds is stale: nothing changes", () => {
+    expect(Move.resendTellStale(unconfirmed, true, 1)).toBe(true)
+    expect(Move.resendMarkStep(unconfirmed, true, 1)).toBeNull()
+    expect(Move.resendMarkStep(unconfirmed, true, 0)).toBeNull()
+  })
+  it("a tell naming the clears it read, or more, or none (an older source) sets the mark, the count as it is", () => {
+    for (const seen of [2, 3, undefined]) expect(Move.resendMarkStep(unconfirmed, true, seen)).toStrictEqual({ resendOwed: true, resendClears: 2 })
+    const { resendClears: _clears, ...older } = unconfirmed
+    expect(Move.resendMarkStep(older, true, 0)).toStrictEqual({ resendOwed: true, resendClears: 0 })
+  })
+  it("a clear counts, even of a mark already clear; never on a move that may carry no mark", () => {
+    expect(Move.resendMarkStep({ ...unconfirmed, resendOwed: true }, false, undefined)).toStrictEqual({ resendOwed: false, resendClears: 3 })
+    expect(Move.resendMarkStep(unconfirmed, false, 0)).toStrictEqual({ resendOwed: false, resendClears: 3 })
+    expect(Move.resendMarkStep({ ...unconfirmed, state: "pending" }, false, undefined)).toBeNull()
+    expect(Move.resendMarkStep({ ...unconfirmed, phases: { downtimeMs: 10, captureMs: 1, sendMs: 1, commitMs: 1 } }, false, undefined)).toBeNull()
+  })
+  it("a clear is never stale; any tell after a clear it did not see is (property)", () => {
+    fc.assert(
+      fc.property(fc.nat(1000), fc.nat(1000), (clears, seen) => {
+        const m = { ...unconfirmed, resendClears: clears }
+        expect(Move.resendTellStale(m, false, seen)).toBe(false)
+        expect(Move.resendTellStale(m, true, seen)).toBe(seen < clears)
+      }),
+    )
+  })
+})

@@ -96,6 +96,7 @@ const moveRowOf = (j: Json): MoveRow => ({
   abortEstimateMs: numOrNull(j["abort_estimate_ms"]),
   guard: j["guard"] ?? null,
   resendOwed: j["resend_owed"] === true,
+  resendClears: typeof j["resend_clears"] === "number" ? j["resend_clears"] : 0,
   committedBy: (j["committed_by"] ?? null) as MoveRow["committedBy"],
   createdAt: num(j["created_at"]),
   endedAt: numOrNull(j["ended_at"]),

@@ -269,11 +269,15 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
       }),
 
     // Under the session's row lock, then the move's (the store's lock order): a reclaim, which
-    // reads the mark with the session locked, sees it set or cleared, never half.
-    markResendOwed: (moveId, owed) =>
+    // reads the mark with the session locked, sees it set or cleared, never half; the stale check
+    // of a tell (`Move.resendTellStale`) reads the clears under the move's row lock, and a clear
+    // counts in the same update, so a tell and a clear are judged one after the other.
+    markResendOwed: (moveId, owed, seenClears) =>
       db
         .transaction((tx) =>
           Effect.gen(function* () {
+            const bad = Validate.seenClears(seenClears)
+            if (bad) return yield* bad
             const [seen] = yield* tx.use((exec) => exec.select({ sessionId: moves.sessionId }).from(moves).where(eq(moves.id, moveId)))
             if (seen === undefined) return yield* moveNotFound(moveId)
             yield* lockSession(tx, seen.sessionId)
@@ -282,8 +286,10 @@ export const make = ({ db, now, limits, cache }: Deps): MoveOps => {
             const m = toMove(row)
             const refused = Move.refuseResendMark(m, owed)
             if (refused) return yield* finished(refused)
-            if (row.resendOwed !== owed) yield* tx.use((exec) => exec.update(moves).set({ resendOwed: owed }).where(eq(moves.id, moveId)))
-            return { ...m, resendOwed: owed }
+            const next = Move.resendMarkStep(m, owed, seenClears)
+            if (next === null) return m
+            if (next.resendOwed !== row.resendOwed || next.resendClears !== row.resendClears) yield* tx.use((exec) => exec.update(moves).set(next).where(eq(moves.id, moveId)))
+            return { ...m, ...next }
           }),
         )
         .pipe(dieOnUnique),

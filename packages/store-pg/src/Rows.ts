@@ -65,6 +65,7 @@ export const toMove = (r: MoveRow): Move.Record => ({
   abortEstimateMs: r.abortEstimateMs,
   guard: r.guard as Move.Guard | null,
   resendOwed: r.resendOwed,
+  resendClears: r.resendClears,
   committedBy: r.committedBy ?? null,
   createdAt: r.createdAt,
   endedAt: r.endedAt,

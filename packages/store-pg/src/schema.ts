@@ -189,6 +189,8 @@ export const moves = pgTable(
      * whole copy, paused. Opens the way back to the source when the target dies (core's `Reclaim.wayBackOf`).
      */
     resendOwed: boolean("resend_owed").notNull().default(false),
+    /** How many times the resend mark was cleared (core's `Move.resendClears`, migration 0023): a source's tell naming fewer changes nothing (`Move.resendTellStale`). */
+    resendClears: integer("resend_clears").notNull().default(0),
     /** Who committed the move (core's `Move.CommittedBy`); null while not committed, or committed before the column (migration 0022). */
     committedBy: text("committed_by").$type<"source" | "target" | "operator">(),
     createdAt: ms("created_at").notNull(),

@@ -246,6 +246,8 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   let openMoves = new Map<string, string>()
   /** The moves whose source owes its target a resend (`markResendOwed`). */
   let resendOwed = new Set<string>()
+  /** How many times each move's resend mark was cleared (`Move.resendClears`); absent: none. */
+  let resendClears = new Map<string, number>()
   let moveSeq = 0
   let sessionSeq = 0
   let history = new Map<string, SessionEvent[]>()
@@ -272,6 +274,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     moves = new Map()
     openMoves = new Map()
     resendOwed = new Set()
+    resendClears = new Map()
     moveSeq = 0
     sessionSeq = 0
     history = new Map()
@@ -486,7 +489,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
   // ---- moves -------------------------------------------------------------------------------
 
   /** The record of a move, with its source's resend mark (kept apart, as store-pg keeps it beside the record's columns). */
-  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds], resendOwed: resendOwed.has(m.id), committedBy: m.committedBy ?? null })
+  const moveOf = (m: MoveRec): Move.Record => ({ ...m, rounds: [...m.rounds], resendOwed: resendOwed.has(m.id), resendClears: resendClears.get(m.id) ?? 0, committedBy: m.committedBy ?? null })
   const findMove = (id: string) => {
     const m = moves.get(id)
     return m === undefined ? Effect.fail(new NotFound({ entity: "move", id })) : Effect.succeed(m)
@@ -1202,13 +1205,19 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
         return yield* stepMove(m, abort, yield* now)
       }),
 
-    markResendOwed: (moveId, owed) =>
+    // One synchronous stretch: the stale check and the write see the same clears.
+    markResendOwed: (moveId, owed, seenClears) =>
       Effect.gen(function* () {
+        const bad = Validate.seenClears(seenClears)
+        if (bad) return yield* bad
         const m = yield* findMove(moveId)
         const refused = Move.refuseResendMark(m, owed)
         if (refused) return yield* new Conflict({ entity: "move", id: m.id, reason: refused.reason })
-        if (owed) resendOwed.add(m.id)
+        const next = Move.resendMarkStep(moveOf(m), owed, seenClears)
+        if (next === null) return moveOf(m)
+        if (next.resendOwed) resendOwed.add(m.id)
         else resendOwed.delete(m.id)
+        resendClears.set(m.id, next.resendClears)
         return moveOf(m)
       }),
 
@@ -1259,6 +1268,7 @@ export const make = (options: Options = {}): { store: StoreShape; reset: (limits
     for (const m of endedMoves) {
       moves.delete(m.id)
       resendOwed.delete(m.id)
+      resendClears.delete(m.id)
     }
     const withMoves = new Set([...moves.values()].map((m) => m.sessionId))
     // Only the sessions that ended before every ended move still kept (store-pg's bound on its walk).

@@ -375,8 +375,18 @@ export interface StoreShape {
    * coordinator then refuses `POST /v1/moves/{id}/resend` with a 400 naming `owed`, which a
    * source's agent takes as a coordinator older than the mark (it asks once, then settles its
    * debt as before).
+   *
+   * Every clear counts (`Move.resendClears`, the mark's generation; store-pg's
+   * `moves.resend_clears`), in the same step as the clear. `seenClears`: the count the source read
+   * before its tell; a tell (`owed` true) naming fewer clears than the move holds is stale (core's
+   * `Move.resendTellStale`: the target cleared the mark since, before it resumed) and changes
+   * nothing, answered with the move as it is (its `resendOwed` false, its `resendClears` above the
+   * one named), judged with the write in one atomic step. Absent (an older source's agent): set as
+   * before the count. Not an integer >= 0: `InvalidInput` naming `seenClears`, nothing changed.
+   * A store written before the count may ignore `seenClears` (the record's `resendClears` is
+   * optional): a tell that lands late then sets the mark again, as before.
    */
-  readonly markResendOwed?: ((moveId: string, owed: boolean) => Fx<Move, NotFound | Conflict>) | undefined
+  readonly markResendOwed?: ((moveId: string, owed: boolean, seenClears?: number) => Fx<Move, NotFound | Conflict | InvalidInput>) | undefined
   readonly getMove: (id: string) => Fx<Move, NotFound>
   /**
    * The session's latest move kept (the one begun last, whatever its state: pending, committed or

@@ -391,6 +391,10 @@ export const committedBy = (by: unknown): InvalidInput | null =>
     ? null
     : new InvalidInput({ field: "by", rule: `must be one of ${Names.moveCommittedBy.join(", ")}` })
 
+/** The resend mark's clears a source's tell saw (`markResendOwed`'s `seenClears`): absent, or an integer >= 0. */
+export const seenClears = (n: unknown): InvalidInput | null =>
+  n === undefined || (typeof n === "number" && Number.isSafeInteger(n) && n >= 0) ? null : new InvalidInput({ field: "seenClears", rule: "must be an integer >= 0" })
+
 /** The default number of items of a page. */
 export const defaultPageLimit = 100
 /** The most items a page may hold. */

@@ -611,14 +611,14 @@ export const cascades: Group = {
       }),
     ),
     kase(
-      "a resend mark on a move committed without phases is kept and repeatable, and every read of the move carries it (resendOwed) until it is cleared; nothing else of the record changes",
+      "a resend mark on a move committed without phases is kept and repeatable, and every read of the move carries it (resendOwed) until it is cleared; nothing else of the record changes but the count of its clears (resendClears)",
       Effect.gen(function* () {
         const s = yield* store
         const { move } = yield* moving
         expect(move.resendOwed).toBe(false)
         yield* s.recordRound(move.id, finalRound)
         const committed = yield* s.commitMove(move.id, null)
-        expect(committed.resendOwed).toBe(false)
+        expect(committed).toMatchObject({ resendOwed: false, resendClears: 0 })
         const marked = { ...committed, resendOwed: true }
         expect(yield* (yield* resendMark)(move.id, true)).toStrictEqual(marked)
         expect(yield* (yield* resendMark)(move.id, true)).toStrictEqual(marked)
@@ -628,9 +628,59 @@ export const cascades: Group = {
         expect((yield* s.listMoves({ state: "committed" })).find((m) => m.id === move.id)).toStrictEqual(marked)
         expect((yield* s.pageMoves({ hostId: "src" })).items.find((m) => m.id === move.id)).toStrictEqual(marked)
         if (s.latestMove !== undefined) expect(yield* s.latestMove("s1")).toStrictEqual(marked)
-        expect(yield* (yield* resendMark)(move.id, false)).toStrictEqual(committed)
-        expect(yield* s.getMove(move.id)).toStrictEqual(committed)
+        const cleared = { ...committed, resendClears: 1 }
+        expect(yield* (yield* resendMark)(move.id, false)).toStrictEqual(cleared)
+        expect(yield* s.getMove(move.id)).toStrictEqual(cleared)
         yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a tell of the resend mark naming fewer clears than the move holds (sent before the target's clear, reaching the store after it) changes nothing, so the target's death then leaves the session lost, never sent back; a tell naming the clears it read sets the mark; one without the count sets it as before; a count that is not an integer >= 0 is InvalidInput naming seenClears",
+      Effect.gen(function* () {
+        const s = yield* store
+        const mark = yield* resendMark
+        const { move } = yield* moving
+        yield* s.recordRound(move.id, finalRound)
+        yield* s.commitMove(move.id, null)
+        // The source's tell, naming the clears it read (none): set.
+        expect(yield* mark(move.id, true, 0)).toMatchObject({ resendOwed: true, resendClears: 0 })
+        // The target clears the mark before it resumes the stream sent again: counted.
+        const cleared = yield* mark(move.id, false)
+        expect(cleared).toMatchObject({ resendOwed: false, resendClears: 1 })
+        // A clear of a mark already clear counts too (a tell in flight from before it is stale after it).
+        expect(yield* mark(move.id, false)).toMatchObject({ resendOwed: false, resendClears: 2 })
+        // A tell the source's client gave up on, reaching the store now: it names 0 clears, the
+        // move holds 2. Nothing changes; the move as it is.
+        const before = yield* snapshot
+        const late = yield* mark(move.id, true, 0)
+        expect(late).toStrictEqual(yield* s.getMove(move.id))
+        expect(late).toMatchObject({ resendOwed: false, resendClears: 2 })
+        expect(yield* mark(move.id, true, 1)).toMatchObject({ resendOwed: false, resendClears: 2 })
+        for (const bad of [-1, 1.5, Number.NaN]) expect(yield* expectFailure(mark(move.id, true, bad), "InvalidInput")).toMatchObject({ field: "seenClears" })
+        yield* expectUnchanged(before, "a stale tell of the resend mark, and refused counts")
+        // The target dies (its agent silent past the stale window) while the source reports: the
+        // mark is not set, so the session is lost there, never sent back to the source's copy.
+        yield* TestClock.adjust(staleWindowMs + 1)
+        const src = yield* s.getHost("src")
+        yield* s.reportHost("src", { ...src.report!, peerUrl: src.peerUrl })
+        yield* lostNotReturned
+        // A tell naming the clears it read sets the mark; one without the count (an older source's agent) too.
+        expect(yield* mark(move.id, true, 2)).toMatchObject({ resendOwed: true, resendClears: 2 })
+        expect(yield* mark(move.id, false)).toMatchObject({ resendOwed: false, resendClears: 3 })
+        expect(yield* mark(move.id, true)).toMatchObject({ resendOwed: true, resendClears: 3 })
+        yield* expectInvariants
+      }),
+    ),
+    kase(
+      "a clear of the resend mark on a move that may carry none (pending, or committed with phases) counts nothing: the move as it is",
+      Effect.gen(function* () {
+        const s = yield* store
+        const mark = yield* resendMark
+        const { move } = yield* moving
+        expect(yield* mark(move.id, false)).toMatchObject({ resendOwed: false, resendClears: 0 })
+        yield* commitAfterFinal(move.id, phases)
+        expect(yield* mark(move.id, false)).toStrictEqual(yield* s.getMove(move.id))
+        expect(yield* s.getMove(move.id)).toMatchObject({ resendOwed: false, resendClears: 0 })
       }),
     ),
   ],

@@ -1,0 +1,1 @@
+ALTER TABLE "moves" ADD COLUMN "resend_clears" integer DEFAULT 0 NOT NULL;
