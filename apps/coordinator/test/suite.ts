@@ -604,7 +604,20 @@ export const apiSuite = (name: string, options: SuiteOptions) =>
         expect((await admin.post(`/v1/moves/${m.id}/resolve`, { outcome: "abort", reason: "back" })).status).toBe(409)
         const cleared = await source.post(`/v1/moves/${m.id}/resend`, { owed: false })
         expect([cleared.status, cleared.body.resendOwed]).toEqual([200, false])
-        expect((await admin.get(`/v1/moves/${m.id}`)).body).toEqual(committed.body)
+        // Every clear counts (`resendClears`); nothing else of the record changes.
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toEqual({ ...committed.body, resendClears: 1 })
+        // A tell naming the clears its source read before the clear (one its client gave up on,
+        // reaching the coordinator late) changes nothing: 200 with the move as it is.
+        const late = await source.post(`/v1/moves/${m.id}/resend`, { owed: true, seenClears: 0 })
+        expect([late.status, late.body]).toEqual([200, { ...committed.body, resendClears: 1 }])
+        const badCount = await source.post(`/v1/moves/${m.id}/resend`, { owed: true, seenClears: -1 })
+        expect([badCount.status, badCount.body.field]).toEqual([400, "seenClears"])
+        expect((await admin.get(`/v1/moves/${m.id}`)).body).toEqual({ ...committed.body, resendClears: 1 })
+        // Naming the clears it read, or none (an older source's agent): set.
+        expect((await source.post(`/v1/moves/${m.id}/resend`, { owed: true, seenClears: 1 })).body).toEqual({ ...committed.body, resendOwed: true, resendClears: 1 })
+        expect((await target.post(`/v1/moves/${m.id}/resend`, { owed: false })).body).toEqual({ ...committed.body, resendClears: 2 })
+        expect((await source.post(`/v1/moves/${m.id}/resend`, { owed: true })).body.resendOwed).toBe(true)
+        expect((await source.post(`/v1/moves/${m.id}/resend`, { owed: false })).body).toEqual({ ...committed.body, resendClears: 3 })
         expect((await source.post(`/v1/moves/missing-move/resend`, { owed: true })).status).toBe(404)
         await answer
         await admin.del(`/v1/sessions/${sid}`)

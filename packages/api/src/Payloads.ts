@@ -242,8 +242,12 @@ export type Resolve = typeof Resolve.Type
  * `POST /v1/moves/{id}/resend`: the move's source owes its target a resend (`owed: true`: it holds
  * the guest's only whole copy, paused; the target never got a complete stream) or no longer does
  * (`owed: false`: the target runs the guest, or the session went elsewhere or ended).
+ * `seenClears` (optional, an integer >= 0; else a 400 naming it): the move's `resendClears` the
+ * source read before its tell; a tell naming fewer clears than the move holds changes nothing
+ * (the target cleared the mark since, before it resumed: a tell that reached the coordinator late
+ * must not set it again). Absent (an older source's agent): the mark is set as before the count.
  */
-export const ResendMark = Schema.Struct({ owed: Schema.Boolean })
+export const ResendMark = Schema.Struct({ owed: Schema.Boolean, seenClears: Schema.optionalKey(Schema.Number) })
 export type ResendMark = typeof ResendMark.Type
 
 /**

@@ -287,6 +287,13 @@ export const Move = Schema.Struct({
    */
   resendOwed: Schema.optionalKey(Schema.Boolean),
   /**
+   * How many times the resend mark was cleared (the target before it resumes a stream sent again,
+   * or the source once its debt is over): the source names the count it read in its tell
+   * (`seenClears`), and a tell naming fewer changes nothing. Absent from a coordinator older than
+   * the count, or one whose store keeps none: read it as 0 (a tell then goes without the count).
+   */
+  resendClears: Schema.optionalKey(Schema.Number),
+  /**
    * Who committed the move (`MoveCommittedBy`); null while it is not committed, or when it was
    * committed before the coordinator kept it. Absent from an older coordinator, or one whose
    * store keeps none: read it as null (the client does: `withResendOwed`).

@@ -133,7 +133,13 @@ export const MovesHandlers = HandlerGroup.make(
             // once, then settles its debt as before); its reclaim sends no session back.
             const mark = store.markResendOwed
             if (mark === undefined) return yield* badRequest("owed", "this coordinator's store keeps no resend mark (its backend has no markResendOwed): a session reclaimed from the move's target ends lost, never sent back to the source")
-            const marked = yield* api(mark(params.id, payload.owed))
+            // A tell naming fewer clears than the move holds changes nothing (core's
+            // `Move.resendTellStale`, judged by the store with its write): answered with the move as it is.
+            const marked = yield* api(mark(params.id, payload.owed, payload.seenClears))
+            if (payload.owed && !marked.resendOwed) {
+              yield* Effect.logWarning("a move's source told a resend owed after a clear it had not seen (a tell that came late): the mark stays clear", { moveId: m.id, sessionId: m.sessionId, seenClears: payload.seenClears, resendClears: marked.resendClears })
+              return marked
+            }
             yield* payload.owed
               ? Effect.logWarning("a move's source owes its target a resend: it holds the guest's only whole copy, paused; should the target die, the session goes back to the source", { moveId: m.id, sessionId: m.sessionId, source: m.sourceHostId, target: m.targetHostId })
               : Effect.logInfo("a move's resend is settled", { moveId: m.id, sessionId: m.sessionId })
