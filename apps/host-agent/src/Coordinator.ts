@@ -58,7 +58,7 @@ export type AssignedMove = Pick<Records.AssignedMove, "id" | "sessionId" | "sour
 }
 
 /** A move as `GET /v1/moves/{id}` shows it, as far as the agent reads it. */
-export type MoveView = AssignedMove & Pick<Records.Move, "abortReason" | "rounds">
+export type MoveView = AssignedMove & Pick<Records.Move, "abortReason" | "rounds" | "resendClears">
 
 /** The coordinator's limits that the agent's move guard uses (its `commitAllowanceMs`). */
 export type AssignedLimits = Records.AgentLimits
@@ -179,8 +179,12 @@ export interface CoordinatorShape {
    * true: it holds the guest's only whole copy, paused) or no longer does (false). `unknown`: a
    * coordinator older than the call (its 404 of the route, not of the move, or a 400): the way back
    * to this source stays closed there, the session is lost should the target die, as before.
+   * `seenClears`: the move's `resendClears` read before the tell (sent when given); `stale`: the
+   * coordinator answered the mark clear after a tell (`owed` true), the mark cleared since that
+   * read (the target cleared it before it resumed), so nothing changed. A coordinator older than
+   * the count ignores it and sets the mark (`recorded`), as before.
    */
-  readonly resendOwed: (moveId: string, owed: boolean) => Fx<"recorded" | "unknown">
+  readonly resendOwed: (moveId: string, owed: boolean, seenClears?: number) => Fx<"recorded" | "unknown" | "stale">
   /**
    * `POST /v1/hosts/{id}/guest-lost`: this host lost the session's guest (`reason`: how, cut to
    * the API's length by `fitReason`) and boots a fresh one; the coordinator keeps it in the
@@ -438,9 +442,9 @@ export const makeHttp = (t: CoordinatorTarget): Effect.Effect<CoordinatorShape, 
         return call("abort", (api) => api.moves.abort({ params: { id }, payload: estimateMs === undefined ? { reason } : { reason, estimateMs } })).pipe(Effect.asVoid)
       },
       reportRunning: (id, why) => call("reportRunning", (api) => api.moves.resolve({ params: { id }, payload: { outcome: "commit", reason: fitReason(why) } })).pipe(Effect.asVoid),
-      resendOwed: (id, owed) =>
-        call("resendOwed", (api) => api.moves.resend({ params: { id }, payload: { owed } })).pipe(
-          Effect.as("recorded" as const),
+      resendOwed: (id, owed, seenClears) =>
+        call("resendOwed", (api) => api.moves.resend({ params: { id }, payload: seenClears === undefined ? { owed } : { owed, seenClears } })).pipe(
+          Effect.map((m): "recorded" | "stale" => (owed && m.resendOwed === false ? "stale" : "recorded")),
           Effect.catchIf(
             (e) => e._tag === "CoordinatorError" && ((e.status === 404 && e.notFound === undefined) || e.status === 405 || e.status === 400),
             () => Effect.succeed("unknown" as const),

@@ -1359,8 +1359,27 @@ const owedResend = (deps: SettleDeps, owed: PendingCommit, noStream: boolean): E
 const tellResend = (deps: SettleDeps, owed: PendingCommit) =>
   Effect.gen(function* () {
     const fields = { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId }
-    const told = yield* retrying(deps.coordinator.resendOwed(owed.moveId, true)).pipe(Effect.result)
+    // The mark's clears read first (after the target's word that it runs nothing), named in the
+    // tell: should the tell reach the coordinator late, after the target cleared the mark and
+    // resumed a stream sent again, it changes nothing (the coordinator's `resendTellStale`).
+    // Unread: not told (owed), as an unanswered tell. A coordinator older than the count shows
+    // none: the tell goes without it (set as before).
+    const read = yield* retrying(deps.coordinator.getMove(owed.moveId)).pipe(Effect.result)
+    if (read._tag === "Failure" && !moveGone(owed, read.failure)) {
+      yield* Effect.logWarning(`the coordinator was not told of the resend owed yet: the move's resend mark could not be read first (${read.failure.message}); told on the next pass, before the target is asked anything`, fields)
+      return { ...owed, resendTold: false }
+    }
+    const seenClears = read._tag === "Success" ? read.success.resendClears : undefined
+    const told = yield* retrying(deps.coordinator.resendOwed(owed.moveId, true, seenClears)).pipe(Effect.result)
     if (told._tag === "Success") {
+      if (told.success === "stale") {
+        // Cleared since the read: the target clears the mark before it resumes a stream sent
+        // again. Not told, and owed no more as a tell first: the target is asked first on the next
+        // pass (it runs the guest, or says that it runs nothing, and the mark is told again then).
+        yield* Effect.logWarning("the coordinator answered the resend mark cleared since this source read it (the target cleared it before resuming a stream sent again): nothing set; the target is asked on the next pass before the mark is told again", fields)
+        const { resendTold: _told, ...untold } = owed
+        return untold
+      }
       if (told.success === "unknown")
         yield* Effect.logWarning("the coordinator does not know the resend mark (older than it): should the move's target die, the session ends lost there, and this copy goes with it", fields)
       return { ...owed, resendTold: true }

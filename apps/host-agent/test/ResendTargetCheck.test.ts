@@ -61,6 +61,11 @@ interface Faults {
   targetReadFails: boolean
   /** The source's tell of the mark (`resendOwed` true) goes unanswered. */
   tellFails: boolean
+  /**
+   * The source's tells of the mark (`resendOwed` true) are held on their way (its client gives up
+   * on them: unanswered), kept here to reach the coordinator when the test says (`late`).
+   */
+  tellLate: boolean
   /** The target does not answer its peer link at all (it died). */
   targetDown: boolean
 }
@@ -71,18 +76,27 @@ interface Faults {
  * paused, owes the resend, and has marked it at the coordinator.
  */
 const resendOwed = Effect.gen(function* () {
-  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false, tellFails: false, targetDown: false }
+  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false, tellFails: false, tellLate: false, targetDown: false }
   const wire = SimWire.inMemory()
   const aReal = yield* realClient(url(), "a", tokens["a"]!)
+  /** The source's tells held on their way (`tellLate`), each as it would reach the coordinator. */
+  const late: Effect.Effect<"recorded" | "unknown" | "stale", unknown>[] = []
   const aClient: CoordinatorShape = {
     ...aReal,
-    resendOwed: (id, owed) => (faults.tellFails && owed ? Effect.fail(new CoordinatorError({ op: "resendOwed", status: null, message: "connection refused" })) : aReal.resendOwed(id, owed)),
+    resendOwed: (id, owed, seenClears) => {
+      if (faults.tellFails && owed) return Effect.fail(new CoordinatorError({ op: "resendOwed", status: null, message: "connection refused" }))
+      if (faults.tellLate && owed) {
+        late.push(aReal.resendOwed(id, owed, seenClears))
+        return Effect.fail(new CoordinatorError({ op: "resendOwed", status: null, message: "the request timed out" }))
+      }
+      return aReal.resendOwed(id, owed, seenClears)
+    },
     getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)),
   }
   const bReal = yield* realClient(url(), "b", tokens["b"]!)
   const cut = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
   const bClient = {
-    resendOwed: (id: string, owed: boolean) => (faults.targetCutOff ? cut("resendOwed") : bReal.resendOwed(id, owed)),
+    resendOwed: (id: string, owed: boolean, seenClears?: number) => (faults.targetCutOff ? cut("resendOwed") : bReal.resendOwed(id, owed, seenClears)),
     getSession: (id: string) => (faults.targetCutOff || faults.targetReadFails ? cut("getSession") : bReal.getSession(id)),
   }
   const bRuntime = yield* SimRuntime.make({ startMs: 50 }, wire)
@@ -166,7 +180,7 @@ const resendOwed = Effect.gen(function* () {
     assert.deepStrictEqual(yield* vms(runtime), [["s1", "running"]], "the source's paused copy resumed")
     assert.deepStrictEqual(yield* residents.pendingCommits, [])
   })
-  return { faults, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, wayBackResumes, markSet, moveId: move.id }
+  return { faults, late, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, wayBackResumes, markSet, moveId: move.id }
 })
 
 describe("a stream sent again resumes on the target only once the coordinator says so", () => {
@@ -311,6 +325,27 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target runs the guest")
       assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
       assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+  effect("the source's tell of the mark before a stream sent again is given up on by its client but reaches the coordinator after the target cleared the mark and resumed: it sets nothing (it names the clears the source read), so the target's death leaves the session lost, never sent back to the source's older copy", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.tellLate = true
+      yield* t.pass
+      assert.strictEqual(t.streams.count, 0, "not streamed while the tell is unanswered")
+      assert.isAbove(t.late.length, 0, "the tells held on their way")
+      t.faults.tellLate = false
+      yield* t.pass
+      assert.strictEqual(t.streams.count, 1, "streamed once told")
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target cleared the mark and resumed the guest")
+      assert.isFalse(yield* t.markSet, "the mark clear while the target runs the guest")
+      // The tells given up on reach the coordinator now, late.
+      for (const tell of t.late) assert.strictEqual(yield* Effect.orDie(tell), "stale", "answered with the mark clear: a clear came since the source read it")
+      // Before (the tell named nothing): the late tell set the mark again while the target ran the guest.
+      assert.isFalse(yield* t.markSet, "a late tell sets nothing")
+      const result = yield* t.targetDies
+      assert.deepStrictEqual(result.lostSessions, ["s1"], "the session is lost with its target")
+      assert.isUndefined(result.returned, "never sent back to the source, which holds no copy")
     }),
   )
 })

@@ -29,7 +29,7 @@ export const realClient = (url: string, hostId: string, hostToken: string) =>
       commit: (id, phases, guard) => live(c.commit(id, phases, guard)),
       abort: (id, reason, estimateMs) => live(c.abort(id, reason, estimateMs)),
       reportRunning: (id, reason) => live(c.reportRunning(id, reason)),
-      resendOwed: (id, owed) => live(c.resendOwed(id, owed)),
+      resendOwed: (id: string, owed: boolean, seenClears?: number) => live(c.resendOwed(id, owed, seenClears)),
       guestLost: (id, reason) => live(c.guestLost(id, reason)),
       getMove: (id) => live(c.getMove(id)),
       getSession: (id) => live(c.getSession(id)),
