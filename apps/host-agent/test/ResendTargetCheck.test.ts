@@ -66,6 +66,8 @@ interface Faults {
    * on them: unanswered), kept here to reach the coordinator when the test says (`late`).
    */
   tellLate: boolean
+  /** Between the source's read of the move and its tell of the mark, the mark is cleared (as the target does before it resumes). */
+  clearAfterRead: boolean
   /** The target does not answer its peer link at all (it died). */
   targetDown: boolean
 }
@@ -76,9 +78,10 @@ interface Faults {
  * paused, owes the resend, and has marked it at the coordinator.
  */
 const resendOwed = Effect.gen(function* () {
-  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false, tellFails: false, tellLate: false, targetDown: false }
+  const faults: Faults = { targetCutOff: false, sourceReadRefused: false, beforeResentCommit: Effect.void, loseResentAnswer: false, streamFails: false, targetReadFails: false, tellFails: false, tellLate: false, clearAfterRead: false, targetDown: false }
   const wire = SimWire.inMemory()
   const aReal = yield* realClient(url(), "a", tokens["a"]!)
+  const bReal = yield* realClient(url(), "b", tokens["b"]!)
   /** The source's tells held on their way (`tellLate`), each as it would reach the coordinator. */
   const late: Effect.Effect<"recorded" | "unknown" | "stale", unknown>[] = []
   const aClient: CoordinatorShape = {
@@ -91,9 +94,9 @@ const resendOwed = Effect.gen(function* () {
       }
       return aReal.resendOwed(id, owed, seenClears)
     },
+    getMove: (id) => Effect.tap(aReal.getMove(id), () => (faults.clearAfterRead ? Effect.orDie(bReal.resendOwed(id, false)) : Effect.void)),
     getSession: (id) => (faults.sourceReadRefused ? Effect.succeed(notVisible) : aReal.getSession(id)),
   }
-  const bReal = yield* realClient(url(), "b", tokens["b"]!)
   const cut = (op: string) => Effect.fail(new CoordinatorError({ op, status: null, message: "connection refused" }))
   const bClient = {
     resendOwed: (id: string, owed: boolean, seenClears?: number) => (faults.targetCutOff ? cut("resendOwed") : bReal.resendOwed(id, owed, seenClears)),
@@ -322,6 +325,23 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       t.faults.tellFails = false
       yield* t.pass
       assert.strictEqual(t.streams.count, 1, "streamed once told")
+      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target runs the guest")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
+      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+    }),
+  )
+  effect("the mark is cleared between the source's read of it and its tell (the answer says so: stale): the source takes it as not told, streams nothing on that pass, asks the target first on the next, and is told and streams then", () =>
+    Effect.gen(function* () {
+      const t = yield* resendOwed
+      t.faults.clearAfterRead = true
+      yield* t.pass
+      assert.strictEqual(t.streams.count, 0, "not streamed while the mark is not known set")
+      assert.isFalse(yield* t.markSet, "the stale tell set nothing")
+      assert.deepStrictEqual((yield* t.a.residents.pendingCommits).map((p) => [p.resend, p.resendTold]), [[true, undefined]], "not told, and no tell owed first: the target is asked first")
+      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
+      t.faults.clearAfterRead = false
+      yield* t.pass
+      assert.strictEqual(t.streams.count, 1, "the target said again that it runs nothing: told, then streamed")
       assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target runs the guest")
       assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
       assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
