@@ -723,6 +723,7 @@ export const step = (s: Record | null, op: Step, now: number): Answer => {
         abortEstimateMs: null,
         guard: null,
         resendOwed: false,
+        resendClears: 0,
         committedBy: null,
         createdAt: now,
         endedAt: null,
