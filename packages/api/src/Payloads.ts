@@ -247,7 +247,7 @@ export type Resolve = typeof Resolve.Type
  * (the target cleared the mark since, before it resumed: a tell that reached the coordinator late
  * must not set it again). Absent (an older source's agent): the mark is set as before the count.
  */
-export const ResendMark = Schema.Struct({ owed: Schema.Boolean, seenClears: Schema.optionalKey(Schema.Number) })
+export const ResendMark = Schema.Struct({ owed: Schema.Boolean, seenClears: Schema.optionalKey(Schema.Finite) })
 export type ResendMark = typeof ResendMark.Type
 
 /**

@@ -292,7 +292,7 @@ export const Move = Schema.Struct({
    * (`seenClears`), and a tell naming fewer changes nothing. Absent from a coordinator older than
    * the count, or one whose store keeps none: read it as 0 (a tell then goes without the count).
    */
-  resendClears: Schema.optionalKey(Schema.Number),
+  resendClears: Schema.optionalKey(Num),
   /**
    * Who committed the move (`MoveCommittedBy`); null while it is not committed, or when it was
    * committed before the coordinator kept it. Absent from an older coordinator, or one whose
