@@ -1,5 +1,6 @@
 // Prints the rows every package's bench appended to .bench/results.jsonl as one table:
-// the figure, its value, and its ratio against the baseline measured beside it.
+// the figure, its value, its ratio against the baseline measured beside it, its goal, and what
+// the run was set to where that moves the figures (e.g. coordinator=dist).
 import { existsSync, readFileSync } from "node:fs"
 
 const file = new URL("../../.bench/results.jsonl", import.meta.url).pathname
@@ -9,9 +10,10 @@ if (!existsSync(file)) {
 }
 const rows = readFileSync(file, "utf8").trim().split("\n").filter(Boolean).map((l) => JSON.parse(l))
 const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3))
-const lines = [["bench", "figure", "value", "ratio", "goal"]]
+const settings = (s) => (s === undefined ? "" : Object.entries(s).map(([k, v]) => `${k}=${v}`).join(" "))
+const lines = [["bench", "figure", "value", "ratio", "goal", "settings"]]
 for (const r of rows)
-  lines.push([r.bench, r.figure, `${fmt(r.value)} ${r.unit}`, r.ratio === undefined ? "" : `${r.ratio.toFixed(2)}${r.baseline ? ` vs ${r.baseline}` : ""}`, r.goal ?? ""])
+  lines.push([r.bench, r.figure, `${fmt(r.value)} ${r.unit}`, r.ratio === undefined ? "" : `${r.ratio.toFixed(2)}${r.baseline ? ` vs ${r.baseline}` : ""}`, r.goal ?? "", settings(r.settings)])
 const widths = lines[0].map((_, i) => Math.max(...lines.map((l) => l[i].length)))
 console.log("")
 for (const [i, l] of lines.entries()) {

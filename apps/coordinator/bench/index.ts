@@ -22,9 +22,13 @@
  * the spread with ENGRAM_PLACEMENT_WINDOW_BY_REPLICAS=1), BENCH_CPU_PROF (a
  * directory: every coordinator process writes a V8 CPU profile there when it stops; summarize one
  * with `node tooling/scripts/cpu-profile-top.mjs <dir>`), BENCH_PG_STATEMENTS (1: the server loads
- * pg_stat_statements, and each measured run prints its statements per placement).
+ * pg_stat_statements, and each measured run prints its statements per placement), BENCH_COORDINATOR
+ * (`dist`, the default: the coordinator as it ships, `node dist/main.js`, built first with turbo,
+ * about a second when nothing changed; `source`: `src/main.ts` under tsx, as `pnpm start` runs it,
+ * whose esbuild `keepNames` and source maps cost CPU per request). Every row carries the mode.
  */
-import { report } from "@engram/bench"
+import { coordinatorArgs, coordinatorToRun, report as reportRow } from "@engram/bench"
+import type { Row } from "@engram/bench"
 import { createDatabase, freePort, pgBinDir, startEmbeddedPostgres } from "@engram/test-pg"
 import type { EmbeddedPostgresServer } from "@engram/test-pg"
 import { execFileSync, spawn } from "node:child_process"
@@ -47,6 +51,9 @@ const cpuProf = process.env["BENCH_CPU_PROF"]
 /** BENCH_PG_STATEMENTS=1: the server loads pg_stat_statements; each measured run prints its statements per placement. */
 const pgStatements = process.env["BENCH_PG_STATEMENTS"] === "1"
 const bench = "coordinator"
+/** The coordinator these runs spawn (BENCH_COORDINATOR: dist, built now, or source). */
+const coordinator = coordinatorToRun(join(here, "..", "..", ".."), "BENCH_COORDINATOR")
+const report = (row: Row): void => reportRow({ ...row, settings: { coordinator: coordinator.mode } })
 const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
 
 // ---- processes ------------------------------------------------------------------------------
@@ -62,8 +69,8 @@ interface Coordinator {
 const startCoordinator = async (env: Record<string, string>): Promise<Coordinator> => {
   const port = await freePort()
   const profile = cpuProf === undefined || cpuProf === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${cpuProf}`]
-  const child = spawn(process.execPath, [...profile, "--import", "tsx", "--conditions=@engram/source", join(here, "..", "src", "main.ts")], {
-    cwd: join(here, ".."),
+  const child = spawn(process.execPath, coordinatorArgs(coordinator, profile), {
+    cwd: coordinator.cwd,
     env: {
       ...process.env,
       ENGRAM_PORT: String(port),
@@ -384,7 +391,7 @@ const main = async (): Promise<void> => {
     }
   })()
   const version = execFileSync(join(server.binDir, "postgres"), ["--version"], { encoding: "utf8" }).trim()
-  console.log(`coordinator bench: ${version} (fsync off), ${HOSTS} hosts, ${IN_FLIGHT} in flight, ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`)
+  console.log(`coordinator bench: the coordinator from ${coordinator.mode === "dist" ? "its build, node dist/main.js" : "its source under tsx"} (BENCH_COORDINATOR=${coordinator.mode}), ${version} (fsync off), ${HOSTS} hosts, ${IN_FLIGHT} in flight, ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`)
   const running: Coordinator[] = []
   const start = async (env: Record<string, string>) => {
     const c = await startCoordinator(env)

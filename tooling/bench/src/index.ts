@@ -17,6 +17,8 @@ export interface Row {
   readonly ratio?: number | undefined
   readonly baseline?: string | undefined
   readonly goal?: string | undefined
+  /** What the run was set to, where it moves the figures (e.g. `{ coordinator: "dist" }`): kept in the row, shown beside the figure. */
+  readonly settings?: Readonly<Record<string, string>> | undefined
 }
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..")
@@ -36,12 +38,22 @@ export const timeMs = async (fn: () => unknown, runs = 7, warmup = 2): Promise<n
   return samples[Math.floor(samples.length / 2)] as number
 }
 
+/** A row's settings as one would write them: `coordinator=dist`. */
+export const settingsText = (settings: Readonly<Record<string, string>>): string =>
+  Object.entries(settings)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ")
+
 /** Prints a row and records it for the combined table. */
 export const report = (row: Row): void => {
   const ratio = row.ratio === undefined ? "" : `  ratio ${row.ratio.toFixed(2)}${row.baseline ? ` vs ${row.baseline}` : ""}`
   const goal = row.goal === undefined ? "" : `  (goal: ${row.goal})`
+  const settings = row.settings === undefined ? "" : `  [${settingsText(row.settings)}]`
   const value = row.value >= 100 ? row.value.toFixed(0) : row.value.toPrecision(3)
-  console.log(`${row.bench.padEnd(14)} ${row.figure.padEnd(52)} ${value.padStart(10)} ${row.unit}${ratio}${goal}`)
+  console.log(`${row.bench.padEnd(14)} ${row.figure.padEnd(52)} ${value.padStart(10)} ${row.unit}${ratio}${goal}${settings}`)
   mkdirSync(dirname(resultsFile), { recursive: true })
   appendFileSync(resultsFile, `${JSON.stringify({ ...row, at: new Date().toISOString() })}\n`)
 }
+
+export { buildForBench, coordinatorArgs, coordinatorMode, coordinatorToRun } from "./coordinator.js"
+export type { CoordinatorMode } from "./coordinator.js"

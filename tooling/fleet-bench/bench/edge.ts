@@ -6,15 +6,17 @@
  * credential check, the route's schemas, one store call), against the same bare server.
  * `bench/edge-profile.ts` shows where each request's CPU goes.
  *
- *   tsx --conditions=@engram/source bench/edge.ts   (EDGE_SECONDS=10, EDGE_CONNECTIONS=64; needs `wrk`)
+ *   tsx --conditions=@engram/source bench/edge.ts   (EDGE_SECONDS=10, EDGE_CONNECTIONS=64; needs `wrk`;
+ *   FLEET_COORDINATOR=dist, the default: the coordinator's build, made now; `source`: its sources under tsx)
  */
-import { report } from "@engram/bench"
-import { startCoordinator } from "@engram/coordinator"
-import { StoreSim } from "@engram/store-sim"
+import { report as reportRow } from "@engram/bench"
+import type { Row } from "@engram/bench"
+import { coordinatorInProcess } from "./harness.js"
 import { execFile, spawnSync } from "node:child_process"
 import http from "node:http"
 import type { AddressInfo } from "node:net"
 import { loadavg } from "node:os"
+import { fileURLToPath } from "node:url"
 
 const SECONDS = Number(process.env["EDGE_SECONDS"] ?? 10)
 const CONNECTIONS = Number(process.env["EDGE_CONNECTIONS"] ?? 64)
@@ -51,6 +53,13 @@ if (spawnSync("wrk", ["-v"]).error !== undefined) {
   console.log("fleet edge bench: skipped, `wrk` is not installed (Debian: apt-get install wrk)")
   process.exit(0)
 }
+
+// The coordinator's build (FLEET_COORDINATOR=dist, the default) or its source; this may run the script again in a child.
+const mode = await coordinatorInProcess(fileURLToPath(import.meta.url))
+const { startCoordinator } = await import("@engram/coordinator")
+const { StoreSim } = await import("@engram/store-sim")
+const report = (row: Row): void => reportRow({ ...row, settings: { coordinator: mode } })
+console.log(`fleet edge bench: the coordinator from ${mode === "dist" ? "its build (dist)" : "its source under tsx"} (FLEET_COORDINATOR=${mode})`)
 
 const bare = http.createServer((_req, res) => {
   res.writeHead(200, { "content-type": "application/json" })

@@ -25,8 +25,9 @@
  *
  * Knobs: FREEZE_AGENTS (10000), FREEZE_STALE_MS (the coordinator's
  * `ENGRAM_HEARTBEAT_STALE_WINDOW_MS`, 60000; agents heartbeat at a third of it), FREEZE_SECONDS
- * (1.5 × the window), FREEZE_VARIANTS.
+ * (1.5 × the window), FREEZE_VARIANTS, FLEET_COORDINATOR (`dist` by default, or `source`: see main.ts).
  */
+import { coordinatorToRun } from "@engram/bench"
 import { createDatabase, freePort, startEmbeddedPostgres } from "@engram/test-pg"
 import { closeRequests, inParallel, metricValue, registerHosts, request, sleep, spawnCoordinator, startDriver } from "./harness.js"
 import { execFileSync } from "node:child_process"
@@ -43,6 +44,8 @@ const STALE_MS = Number(env["FREEZE_STALE_MS"] ?? 60_000)
 const FREEZE_MS = Number(env["FREEZE_SECONDS"] ?? (1.5 * STALE_MS) / 1000) * 1000
 const VARIANTS = (env["FREEZE_VARIANTS"] ?? "coordinator,coordinator-nograce,restart,restart-nograce,postgres").split(",").filter(Boolean)
 const REAPER_MS = 5_000
+/** FLEET_COORDINATOR: `dist` (default, built now) or `source`, as in main.ts. */
+const coordinator = coordinatorToRun(root, "FLEET_COORDINATOR")
 const TOKEN = "fleet-bench-admin-token-0123456789"
 const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
 /** A session one host holds alone: two never fit on one host. */
@@ -78,7 +81,7 @@ const countSessions = async (url: string, state: string): Promise<number> => {
 
 const startCoordinator = async (databaseUrl: string, extra: Record<string, string>, port: number) => {
   const { url, child, stop } = await spawnCoordinator({
-    root,
+    run: coordinator,
     port,
     env: {
       ...env,
@@ -209,7 +212,7 @@ try {
   closeRequests()
   await server.stop()
 }
-console.log(`\nfreeze drill: ${AGENTS} agents, one running session each, stale window ${STALE_MS / 1000} s, frozen ${FREEZE_MS / 1000} s\n`)
+console.log(`\nfreeze drill: ${AGENTS} agents, one running session each, stale window ${STALE_MS / 1000} s, frozen ${FREEZE_MS / 1000} s; the coordinator from ${coordinator.mode === "dist" ? "its build, node dist/main.js" : "its source under tsx"} (FLEET_COORDINATOR=${coordinator.mode})\n`)
 console.log("| peer | grace | sessions lost before the freeze | sessions lost after | running after | reservations reclaimed | graces begun | heartbeats failed |")
 console.log("|---|---|---|---|---|---|---|---|")
 for (const o of outcomes) {

@@ -3,6 +3,8 @@
  * the load generator's (`driver.ts`, driven by JSON lines on stdin), set-up HTTP, a process's CPU
  * seconds, bounded parallelism.
  */
+import { buildForBench, coordinatorArgs, coordinatorMode } from "@engram/bench"
+import type { CoordinatorMode } from "@engram/bench"
 import { spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import { openSync, readFileSync } from "node:fs"
@@ -126,21 +128,21 @@ export interface CoordinatorProcess {
 }
 
 /**
- * Starts `apps/coordinator/src/main.ts` of the checkout at `root` on `port` (Node `flags` and
- * `--import` `preload` before it), its stderr given to `onStderr`, and waits until `/livez`
- * answers (at most 180 s; an exit or the deadline fails with the tail of its stderr).
+ * Starts the coordinator `run` names (`coordinatorToRun` of @engram/bench: a checkout's built
+ * `dist/main.js`, or its `src/main.ts` under tsx) on `port` (Node `flags` and `--import`
+ * `preload` before it), its stderr given to `onStderr`, and waits until `/livez` answers (at
+ * most 180 s; an exit or the deadline fails with the tail of its stderr).
  */
 export const spawnCoordinator = async (options: {
-  readonly root: string
+  readonly run: { readonly mode: CoordinatorMode; readonly main: string; readonly cwd: string }
   readonly port: number
   readonly env: Readonly<Record<string, string | undefined>>
   readonly flags?: readonly string[]
   readonly preload?: readonly string[]
   readonly onStderr?: (text: string) => void
 }): Promise<CoordinatorProcess> => {
-  const preload = (options.preload ?? []).flatMap((p) => ["--import", p])
-  const child = spawn(process.execPath, [...(options.flags ?? []), "--import", "tsx", ...preload, "--conditions=@engram/source", join(options.root, "apps", "coordinator", "src", "main.ts")], {
-    cwd: join(options.root, "apps", "coordinator"),
+  const child = spawn(process.execPath, coordinatorArgs(options.run, options.flags, options.preload), {
+    cwd: options.run.cwd,
     env: { ...options.env, ENGRAM_PORT: String(options.port) },
     // `FLEET_COORDINATOR_STDOUT=<file>`: its stdout appended there (what V8's `--trace-gc*` flags print).
     stdio: ["ignore", options.env["FLEET_COORDINATOR_STDOUT"] === undefined ? "ignore" : openSync(options.env["FLEET_COORDINATOR_STDOUT"], "a"), "pipe"],
@@ -174,4 +176,54 @@ export const spawnCoordinator = async (options: {
       if (child.exitCode === null) child.kill("SIGKILL")
     },
   }
+}
+
+// ---- a coordinator in this process -------------------------------------------------------------
+
+/**
+ * For a script that starts the coordinator in its own process (`edge.ts`, `waiter-memory.ts`),
+ * by `FLEET_COORDINATOR`: `dist` (the default) loads `@engram/coordinator` and
+ * `@engram/store-sim` from their builds (made now; a build that fails falls back to the sources,
+ * saying so, unless `dist` was asked for), `source` from their sources under tsx. What an import
+ * resolves to follows Node's `--conditions`, fixed for a process: when this process's are the
+ * other mode's, the script runs again in a child with the right ones and this process exits
+ * with the child's code. Import those packages after this answers (`await import(…)`).
+ */
+export const coordinatorInProcess = async (script: string): Promise<CoordinatorMode> => {
+  const again = process.env["FLEET_COORDINATOR_IN_CHILD"]
+  let mode: CoordinatorMode
+  if (again === "dist" || again === "source") mode = again
+  else {
+    const asked = coordinatorMode("FLEET_COORDINATOR")
+    mode = asked.mode
+    if (mode === "dist") {
+      const built = buildForBench(join(here, "..", "..", ".."), ["@engram/coordinator...", "@engram/store-sim..."])
+      if (!built.ok) {
+        if (asked.explicit) throw new Error(`FLEET_COORDINATOR=dist: the coordinator did not build: ${built.error}`)
+        console.log(`the coordinator did not build, so this run measures its SOURCE under tsx (FLEET_COORDINATOR=source): ${built.error}`)
+        mode = "source"
+      }
+    }
+  }
+  const sourceNow = import.meta.resolve("@engram/coordinator").endsWith(".ts")
+  if (sourceNow !== (mode === "source")) {
+    if (again !== undefined) throw new Error(`FLEET_COORDINATOR=${mode}: @engram/coordinator still resolves to ${import.meta.resolve("@engram/coordinator")} (a --conditions in NODE_OPTIONS?)`)
+    const flags: string[] = []
+    for (let i = 0; i < process.execArgv.length; i++) {
+      const a = process.execArgv[i] as string
+      if (a === "--conditions=@engram/source" || a === "-C=@engram/source") continue
+      if ((a === "--conditions" || a === "-C") && process.execArgv[i + 1] === "@engram/source") {
+        i++
+        continue
+      }
+      flags.push(a)
+    }
+    if (mode === "source") flags.push("--conditions=@engram/source")
+    const child = spawn(process.execPath, [...flags, script, ...process.argv.slice(2)], { stdio: "inherit", env: { ...process.env, FLEET_COORDINATOR_IN_CHILD: mode } })
+    for (const signal of ["SIGINT", "SIGTERM"] as const) process.on(signal, () => child.kill(signal))
+    return new Promise<never>(() => child.on("exit", (code) => process.exit(code ?? 1)))
+  }
+  // tsx turned source maps on for this process; `node dist/main.js` runs without them.
+  if (mode === "dist") process.setSourceMapsEnabled(false)
+  return mode
 }

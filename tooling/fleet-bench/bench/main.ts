@@ -20,10 +20,13 @@
  * FLEET_STAGES=1 (the coordinator loads `stages.ts`: its event-loop delay, each request's time by kind and each
  * grouped write's wait and statement, its memory and the collector's pauses, printed per step beside the generator's own lag;
  * with FLEET_ALLOC_PROFILE=<file> also every allocation of the idle window, as a `.heapprofile`), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
- * another branch beside this one), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process), FLEET_COORDINATOR_STDOUT=<file> (its stdout appended there:
+ * another branch beside this one; its coordinator is built there first), FLEET_COORDINATOR (`dist`, the default: the coordinator as it
+ * ships, `node dist/main.js`, built first with turbo; `source`: `src/main.ts` under tsx, whose esbuild `keepNames` and source maps
+ * cost CPU per request; a build that fails falls back to the source, saying so, unless `dist` was asked for), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process), FLEET_COORDINATOR_STDOUT=<file> (its stdout appended there:
  * what `--trace-gc-nvp` prints).
  */
-import { report } from "@engram/bench"
+import { coordinatorToRun, report as reportRow } from "@engram/bench"
+import type { Row } from "@engram/bench"
 import { makeBreakdown, statementLogSettings } from "./breakdown.js"
 import { closeRequests, cpuSecondsOf, inParallel, metricValue, registerHosts, request, sleep, spawnCoordinator, startDriver } from "./harness.js"
 import type { Agent } from "./harness.js"
@@ -47,6 +50,8 @@ const WAIT_MS = Number(env["FLEET_WAIT_MS"] ?? 20_000)
 const BREAKDOWN = env["FLEET_BREAKDOWN"] === "1"
 const breakdown = makeBreakdown()
 const coordinatorRoot = env["FLEET_COORDINATOR_ROOT"] ?? root
+/** FLEET_COORDINATOR: `dist` (default; that checkout's build, made now) or `source` (its src/main.ts under tsx). */
+const coordinator = coordinatorToRun(coordinatorRoot, "FLEET_COORDINATOR")
 /** Node flags of the coordinator process (e.g. `--max-old-space-size=768`: how its RSS answers a heap cap). */
 const coordinatorFlags = (env["FLEET_COORDINATOR_FLAGS"] ?? "").split(" ").filter(Boolean)
 /** Load `stages.ts` into the coordinator: its event-loop delay, each request's time by kind and each grouped write's wait and statement, printed per step. */
@@ -54,6 +59,7 @@ const STAGES = env["FLEET_STAGES"] === "1"
 const skip = new Set((env["FLEET_SKIP"] ?? "").split(",").filter(Boolean))
 const TOKEN = "fleet-bench-admin-token-0123456789"
 const bench = "fleet"
+const report = (row: Row): void => reportRow({ ...row, settings: { coordinator: coordinator.mode } })
 /** The agent's defaults (apps/host-agent: a third of the 2 min stale window, 30 s, 20 s). */
 const agentTiming = { heartbeatMs: 40_000, reportMs: 30_000, pollWaitMs: 20_000 }
 const hostReport = { totalMib: 262_144, allocatableMib: 262_144, totalVcpus: 64 }
@@ -78,7 +84,7 @@ const startCoordinator = async (extra: Record<string, string>): Promise<Coordina
   const stagesPort = STAGES ? await freePort() : 0
   let listenerWarnings = 0
   const { url, child, stop } = await spawnCoordinator({
-    root: coordinatorRoot,
+    run: coordinator,
     port,
     flags: coordinatorFlags,
     preload: STAGES ? [join(here, "stages.ts")] : [],
@@ -342,6 +348,7 @@ const concurrentWaits = async (server: EmbeddedPostgresServer): Promise<void> =>
 }
 
 const main = async (): Promise<void> => {
+  console.log(`fleet bench: the coordinator of ${coordinatorRoot} from ${coordinator.mode === "dist" ? "its build, node dist/main.js" : "its source under tsx"} (FLEET_COORDINATOR=${coordinator.mode})`)
   console.log(`fleet bench: ${cpus().length} cores, load ${loadavg().map((l) => l.toFixed(1)).join(" ")}; curve ${CURVE.join(", ")} agents on ${BACKENDS.join(", ")}; idle window ${WINDOW_S} s`)
   const server = BACKENDS.includes("postgres") || !skip.has("b") ? await startEmbeddedPostgres(BREAKDOWN ? { settings: statementLogSettings, onLog: breakdown.line } : {}) : null
   try {

@@ -5,12 +5,12 @@
  * request and socket, its fiber and watch, its revocation watch, the host's credential and
  * assignments kept in memory). Run with `node --expose-gc`.
  *
- *   tsx --conditions=@engram/source --expose-gc bench/waiter-memory.ts   (WAITERS=2000)
+ *   tsx --conditions=@engram/source --expose-gc bench/waiter-memory.ts   (WAITERS=2000; WAITER_CENSUS=1;
+ *   FLEET_COORDINATOR=dist, the default: the coordinator's build, made now; `source`: its sources under tsx)
  */
 import { report } from "@engram/bench"
 import { census, growth } from "./heap-census.js"
-import { startCoordinator } from "@engram/coordinator"
-import { StoreSim } from "@engram/store-sim"
+import { coordinatorInProcess } from "./harness.js"
 import { spawn } from "node:child_process"
 import http from "node:http"
 import { dirname, join } from "node:path"
@@ -46,6 +46,11 @@ const call = (url: string, method: string, path: string, body?: unknown): Promis
     req.end(text)
   })
 
+// The coordinator's build (FLEET_COORDINATOR=dist, the default) or its source; this may run the script again in a child.
+const mode = await coordinatorInProcess(fileURLToPath(import.meta.url))
+const { startCoordinator } = await import("@engram/coordinator")
+const { StoreSim } = await import("@engram/store-sim")
+console.log(`waiter memory: the coordinator from ${mode === "dist" ? "its build (dist)" : "its source under tsx"} (FLEET_COORDINATOR=${mode})`)
 const c = await startCoordinator({ store: StoreSim.layer(), reaper: false, logLevel: "Warn", config: { port: 0, adminToken: TOKEN } })
 const driver = spawn(process.execPath, ["--import", "tsx", join(here, "driver.ts")], { stdio: ["pipe", "pipe", "inherit"] })
 const answers = createInterface({ input: driver.stdout })[Symbol.asyncIterator]()
@@ -90,7 +95,7 @@ try {
     const ownKinds = all.filter(([kind]) => !/^(hidden|synthetic|code|object shape)/.test(kind))
     console.log(`  total: ${(total(all) / 1024).toFixed(2)} KiB per poll; objects (without V8's hidden, synthetic, code and shapes): ${(total(ownKinds) / 1024).toFixed(2)} KiB`)
   }
-  report({ bench: "fleet", figure: `JS heap per open assignments long-poll (${N} open, after GC)`, value: perWaiterKiB, unit: "KiB", baseline: `heap ${before.toFixed(1)} → ${during.toFixed(1)} MiB` })
+  report({ bench: "fleet", figure: `JS heap per open assignments long-poll (${N} open, after GC)`, value: perWaiterKiB, unit: "KiB", baseline: `heap ${before.toFixed(1)} → ${during.toFixed(1)} MiB`, settings: { coordinator: mode } })
 } finally {
   // The driver gone first, so its open polls are not cut off by the coordinator's shutdown.
   const exited = new Promise((r) => driver.once("exit", r))
