@@ -7,7 +7,7 @@
  * costs more CPU and allocation per request than the shipped build.
  */
 import { spawnSync } from "node:child_process"
-import { existsSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 
 export type CoordinatorMode = "dist" | "source"
@@ -21,16 +21,44 @@ export const coordinatorMode = (variable: string): { readonly mode: CoordinatorM
 }
 
 /**
- * Builds `packages` (turbo filters, e.g. `@engram/coordinator...`: the package and what it
- * imports) in the checkout at `root`, so their `dist` is that checkout's code: turbo's cache
- * makes this about a second when nothing changed, a few minutes from a clean clone. Answers the
- * error's tail when the build fails.
+ * `packages` and the workspace packages they import at run time (their `dependencies`, not the
+ * `devDependencies`: a package's tests and benches pull in most of the workspace), by name, from
+ * the checkout at `root` (`apps/*`, `packages/*`, `tooling/*`).
+ */
+const runtimeClosure = (root: string, packages: readonly string[]): string[] => {
+  const manifests = new Map<string, { dependencies?: Record<string, string> }>()
+  for (const group of ["apps", "packages", "tooling"]) {
+    const dir = join(root, group)
+    if (!existsSync(dir)) continue
+    for (const entry of readdirSync(dir)) {
+      const file = join(dir, entry, "package.json")
+      if (!existsSync(file)) continue
+      const manifest = JSON.parse(readFileSync(file, "utf8")) as { name?: string; dependencies?: Record<string, string> }
+      if (manifest.name !== undefined) manifests.set(manifest.name, manifest)
+    }
+  }
+  const out = new Set<string>()
+  const visit = (name: string): void => {
+    if (out.has(name) || !manifests.has(name)) return
+    out.add(name)
+    for (const [dep, spec] of Object.entries(manifests.get(name)?.dependencies ?? {})) if (spec.startsWith("workspace:")) visit(dep)
+  }
+  for (const p of packages) visit(p)
+  return [...out].sort()
+}
+
+/**
+ * Builds `packages` and the workspace packages they import at run time in the checkout at
+ * `root`, so their `dist` is that checkout's code: turbo's cache makes this about a second when
+ * nothing changed, a few minutes from a clean clone. Answers the error's tail when the build fails.
  */
 export const buildForBench = (root: string, packages: readonly string[]): { readonly ok: true } | { readonly ok: false; readonly error: string } => {
   const turbo = join(root, "node_modules", ".bin", "turbo")
+  const all = runtimeClosure(root, packages)
+  // `--only`: these packages and no others (turbo's `^build` would also build what their tests import).
   const [command, args] = existsSync(turbo)
-    ? [turbo, ["run", "build", ...packages.map((p) => `--filter=${p}`), "--output-logs=errors-only"]]
-    : ["pnpm", [...packages.flatMap((p) => ["--filter", p]), "run", "build"]]
+    ? [turbo, ["run", "build", "--only", ...all.map((p) => `--filter=${p}`), "--output-logs=errors-only"]]
+    : ["pnpm", [...all.flatMap((p) => ["--filter", p]), "run", "build"]]
   const t0 = performance.now()
   const r = spawnSync(command, args, { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
   if (r.error !== undefined || r.status !== 0)
@@ -48,7 +76,7 @@ export const coordinatorToRun = (root: string, variable: string): { readonly mod
   const asked = coordinatorMode(variable)
   const cwd = join(root, "apps", "coordinator")
   if (asked.mode === "dist") {
-    const built = buildForBench(root, ["@engram/coordinator..."])
+    const built = buildForBench(root, ["@engram/coordinator"])
     if (built.ok) return { mode: "dist", main: join(cwd, "dist", "main.js"), cwd }
     if (asked.explicit) throw new Error(`${variable}=dist: the coordinator did not build: ${built.error}`)
     console.log(`the coordinator in ${root} did not build, so this run measures its SOURCE under tsx (${variable}=source): ${built.error}`)

@@ -197,7 +197,7 @@ export const coordinatorInProcess = async (script: string): Promise<CoordinatorM
     const asked = coordinatorMode("FLEET_COORDINATOR")
     mode = asked.mode
     if (mode === "dist") {
-      const built = buildForBench(join(here, "..", "..", ".."), ["@engram/coordinator...", "@engram/store-sim..."])
+      const built = buildForBench(join(here, "..", "..", ".."), ["@engram/coordinator", "@engram/store-sim"])
       if (!built.ok) {
         if (asked.explicit) throw new Error(`FLEET_COORDINATOR=dist: the coordinator did not build: ${built.error}`)
         console.log(`the coordinator did not build, so this run measures its SOURCE under tsx (FLEET_COORDINATOR=source): ${built.error}`)
