@@ -128,15 +128,6 @@ export const PendingCommit = Schema.Struct({
    * other debt, and in files of older agents: set on the first pass that needs it.
    */
   refusedSinceMs: Schema.optionalKey(Schema.Number),
-  /**
-   * Set (true) with `refusedSinceMs` when the target refused the commit without `noStream` and
-   * how the move ended could not be read (the coordinator unreachable for the abort, or the
-   * move's or session's read): the move is not known committed, so each later pass asks the
-   * abort again; the give-up counts from `refusedSinceMs` all the same. Dropped once the move
-   * reads committed. Absent in every other debt (an older agent ignores it and takes the debt
-   * as known committed: it reads the session's placement, upgrade before relying on it).
-   */
-  refusedMoveUnknown: Schema.optionalKey(Schema.Boolean),
 })
 export type PendingCommit = typeof PendingCommit.Type
 

@@ -913,7 +913,7 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       return { _tag: "Confirmed", owed: confirmed, runningAtMs } as const
     }
     const e = committed.failure
-    if (owed.refusedSinceMs !== undefined && owed.refusedMoveUnknown !== true && e.noStream !== true) {
+    if (owed.refusedSinceMs !== undefined && e.noStream !== true) {
       // An earlier pass read the move committed (final: it is not asked to abort again) and the
       // target refusing plainly while the session's placement was not known: the placement
       // decides again, whatever the target answers now, and the give-up counts on when it cannot
@@ -923,12 +923,6 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
       return yield* settlePlainRefusal(deps, owed, e.refused ? e.message : `refused earlier; unanswered now: ${e.message}`)
     }
     if (!e.refused) {
-      // Refused plainly on an earlier pass whose coordinator could not say how the move ended:
-      // the give-up counts on while the target does not answer either.
-      if (owed.refusedMoveUnknown === true && owed.refusedSinceMs !== undefined) {
-        const gaveUp = yield* giveUpPast(deps, owed, { ms: owed.refusedSinceMs, what: refusedSince }, `the target refused the commit without \`noStream\` and does not answer now (${e.message}), and how the move ended cannot be read`)
-        if (gaveUp !== undefined) return gaveUp
-      }
       yield* residents.addPendingCommit(owed)
       const reason = `the target's commit is not confirmed (${e.message}); the source copy stays paused, asked again on the next pass`
       yield* Effect.logWarning(`move outcome owed: ${reason}`, { moveId: owed.moveId, target: owed.target.targetHostId })
@@ -940,21 +934,9 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
     // only then the source copy runs again. An abort not acknowledged leaves the debt: the
     // source stays paused and asks the target again on the next pass (it refuses again).
     const reason = `move failed: the target refused the commit: ${e.message}`
-    // A plain refusal (no `noStream`) whose move's end cannot be learnt (the coordinator
-    // unreachable, say) starts the give-up's clock (`refusedSinceMs`, once, with
-    // `refusedMoveUnknown`: the move not known committed, so a later pass asks the abort again):
-    // past `resendGiveUpMs` from it the copy is destroyed, never kept for as long as the
-    // coordinator stays out of reach. A `noStream` refusal keeps the copy as before.
     const stayPaused = (why: string) =>
       Effect.gen(function* () {
-        const plain = e.noStream !== true
-        const dated: PendingCommit =
-          plain && owed.refusedSinceMs === undefined ? { ...owed, refusedSinceMs: Math.round(yield* nowMs), refusedMoveUnknown: true } : owed
-        if (plain) {
-          const gaveUp = yield* giveUpPast(deps, dated, { ms: dated.refusedSinceMs, what: refusedSince }, `${reason}; ${why}`)
-          if (gaveUp !== undefined) return gaveUp
-        }
-        yield* residents.addPendingCommit(dated)
+        yield* residents.addPendingCommit(owed)
         yield* Effect.logWarning(`${reason}; ${why}; the source copy stays paused`, { moveId: owed.moveId })
         return { _tag: "Owed", reason: `${reason}; ${why}` } as const
       })
@@ -976,16 +958,11 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
         // memory, kept paused and streamed again on a later pass (`settleResend`).
         const why = `move ${m.id} is committed on the coordinator (the session placed on ${m.targetHostId}), but its target refused the commit: no guest of the move ran there, its stream never completed. The source copy is the guest's only memory: kept paused and streamed again on a later pass`
         yield* Effect.logError(why, { hostId: deps.hostId, moveId: m.id, sessionId: owed.sessionId, target: m.targetHostId })
-        const { refusedSinceMs: _plain, refusedMoveUnknown: _unknown, ...resend } = owed
+        const { refusedSinceMs: _plain, ...resend } = owed
         yield* owedResend(deps, { ...resend, resend: true }, true)
         return { _tag: "Owed", reason: why } as const
       }
-      if (m.state === "committed") {
-        // Known committed now: a later pass goes straight to the placement (the give-up counts on
-        // from the first refusal, if an earlier pass dated it).
-        const { refusedMoveUnknown: _unknown, ...known } = owed
-        return yield* settlePlainRefusal(deps, known, e.message)
-      }
+      if (m.state === "committed") return yield* settlePlainRefusal(deps, owed, e.message)
       if (m.state !== "aborted") return yield* stayPaused(`the move reads ${m.state}`)
       const session = yield* retrying(coordinator.getSession(owed.sessionId)).pipe(Effect.result)
       if (session._tag === "Failure") return yield* stayPaused(`the session's placement cannot be read (${session.failure.message})`)
@@ -1004,7 +981,7 @@ const confirmAtTarget = (deps: SettleDeps, owed: PendingCommit) =>
   })
 
 /** What `refusedSinceMs` counts from, as the give-up's log names it. */
-const refusedSince = "the target first refused the commit without `noStream` while the session's placement (or how the move ended) was not known"
+const refusedSince = "the target first refused the commit without `noStream` while the session's placement was not known"
 
 /**
  * A move the coordinator holds committed whose target refused the commit without saying that
@@ -1421,32 +1398,6 @@ const onTarget = { _tag: "OnTarget" } as const
 const unknownPlacement = (why: string, notVisible: boolean) => ({ _tag: "Unknown", why, notVisible }) as const
 
 /**
- * The give-up of a debt whose wait never learns more (the session's placement unread, or a plain
- * refusal whose move's end cannot be read): undefined while its wait (from `since.ms`; absent: it
- * begins now) is within `resendGiveUpMs` (the target's own wait and a stale window more); past
- * it, the paused copy here (of no use by then, holding RAM outside the ledger) is destroyed and
- * the debt ended (a `resend` debt's mark cleared: `untellResend`), `Refused` logged at error.
- */
-const giveUpPast = (deps: SettleDeps, owed: PendingCommit, since: { readonly ms: number | undefined; readonly what: string }, why: string) =>
-  Effect.gen(function* () {
-    const { runtime, residents } = deps
-    const windowMs = deps.staleWindowMs ?? Limits.defaults.heartbeatStaleWindowMs
-    const ageMs = since.ms === undefined ? 0 : (yield* nowMs) - since.ms
-    if (ageMs <= resendGiveUpMs(windowMs)) return undefined
-    const local = yield* residents.get(owed.sessionId)
-    const copy = local !== undefined && local.moveId === null
-    if (copy) {
-      yield* runtime.destroy(owed.sessionId)
-      yield* residents.remove(owed.sessionId)
-    }
-    yield* residents.removePendingCommit(owed.moveId)
-    if (owed.resend === true) yield* untellResend(deps, owed)
-    const reason = `move ${owed.moveId}: ${why} for ${Math.round(ageMs)} ms since ${since.what}, past the target's own wait (${resendWaitMs(windowMs)} ms) and a stale window (${windowMs} ms): the target has resumed a stream, booted the session afresh, or the session went elsewhere or ended; ${copy ? "the paused source copy, of no use, was destroyed" : "no copy was left here"}`
-    yield* Effect.logError(reason, { hostId: deps.hostId, moveId: owed.moveId, sessionId: owed.sessionId, target: owed.target?.targetHostId ?? "its target" })
-    return { _tag: "Refused", reason, restoredOnSource: false } as const
-  })
-
-/**
  * Settles a debt of a move committed on the coordinator by where its session is placed, read
  * whenever the target does not run the guest: the copy here is owed to the target only while
  * the session is placed there. One read for both debts that ask it (`settleResend`, and
@@ -1483,7 +1434,16 @@ const settleByPlacement = (deps: SettleDeps, owed: PendingCommit, since: { reado
       yield* residents.remove(owed.sessionId)
     })
     const unknown = (why: string, notVisible = false) =>
-      Effect.map(giveUpPast(deps, owed, since, why), (gaveUp) => gaveUp ?? unknownPlacement(why, notVisible))
+      Effect.gen(function* () {
+        const windowMs = deps.staleWindowMs ?? Limits.defaults.heartbeatStaleWindowMs
+        const ageMs = since.ms === undefined ? 0 : (yield* nowMs) - since.ms
+        if (ageMs <= resendGiveUpMs(windowMs)) return unknownPlacement(why, notVisible)
+        yield* destroyCopy
+        yield* endDebt
+        const reason = `move ${owed.moveId}: ${why} for ${Math.round(ageMs)} ms since ${since.what}, past the target's own wait (${resendWaitMs(windowMs)} ms) and a stale window (${windowMs} ms): the target has resumed a stream, booted the session afresh, or the session went elsewhere or ended; ${copy ? "the paused source copy, of no use, was destroyed" : "no copy was left here"}`
+        yield* Effect.logError(reason, { ...fields, target: targetHostId })
+        return { _tag: "Refused", reason, restoredOnSource: false } as const
+      })
     const read = yield* retrying(deps.coordinator.getSession(owed.sessionId)).pipe(Effect.result)
     if (read._tag === "Failure") return yield* unknown(`the session's placement cannot be read (${read.failure.message})`)
     const session = read.success
