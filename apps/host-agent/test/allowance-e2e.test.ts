@@ -113,8 +113,8 @@ describe("the commit allowance is learned and kept by the coordinator", () => {
   it("a restarted agent gets the learned allowance from the coordinator: the budget it refused is admitted, and the record shows the guard", async () => {
     const learned = (await admin.call("GET", "/v1/hosts/a/allowances")).body.items[0]
     const dir = agents.a!.dir
-    const since = Date.now()
     await agents.a!.kill("SIGTERM")
+    const since = Date.now()
     agents.a = await start("a", dir)
     expect((await agents.a.status()).allowances).toEqual([]) // its own memory is empty
     // Its host takes moves once its report is in (a restart slower than the stale window leaves it silent till then).

@@ -32,8 +32,9 @@ const start = (env: Record<string, string> = {}) =>
 
 /** The agent stopped (SIGTERM) and started again, once the coordinator holds its new report (the host takes placements again). */
 const restart = async (env: Record<string, string> = {}) => {
-  const since = Date.now()
   await agent.kill("SIGTERM")
+  // After the old agent exited: none of its reports can count.
+  const since = Date.now()
   agent = await start(env)
   await reportedSince(admin, "h", since)
 }
@@ -111,8 +112,8 @@ describe("descent images outlive the agent", () => {
 
   it("an image under a new session's id (an earlier session's of the same id) is not restored into it: the new session boots fresh", async () => {
     // d2's image stayed in the default directory (the case before ran with another one): planted under a new id.
-    const since = Date.now()
     await agent.kill("SIGTERM")
+    const since = Date.now()
     await admin.call("DELETE", "/v1/sessions/d2")
     renameSync(join(imageDir, "d2"), join(imageDir, "d3"))
     agent = await start()

@@ -660,6 +660,9 @@ export const expectedArrivals = (fleet: FleetView, recent: Recent | undefined, o
     const taken = Math.min(places, maxCount - base)
     kept.push({ budget, places: taken, more })
     base += taken
+    // Every place this class keeps counts toward the tail below, a burst's too: a place of this
+    // size takes any smaller session, so the tail's places "at least as big" include it (the
+    // simulator's runs of the burst hold were made so).
     counted += places
   }
   // At the cap every class's base places go before any class's extra ones (the largest slow
