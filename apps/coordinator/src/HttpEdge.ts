@@ -399,11 +399,16 @@ export const edge = (options: EdgeOptions) => {
         const bad = badPercentEncoding(request.method, request.url, routeOf)
         if (bad !== null) return answeredTotal(request, startedAt, json(400, { error: "InvalidInput", field: bad.field, rule: badUrlRule, in: bad.in }), null)
       }
-      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answeredTotal(request, startedAt, response, req))
       // The body limit itself (`HttpIncomingMessage.MaxBodySize`) is set once on the server.
       // An agent's assignments long-poll parks no fiber while it waits (`Parking`): held here, at
-      // the request's outermost frame, and its route run again once the poll is woken.
-      if (mayPark(request)) return Parking.hold(request, app)
+      // the request's outermost frame, and its route run again once the poll is woken. Its route
+      // runs in a context of its own (`Parking`'s `aside`), gone with the router's match by the
+      // time the answer goes: labelled by routing its URL again (`routeOf`), as the edge's own answers.
+      if (mayPark(request)) {
+        HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answeredTotal(request, startedAt, response, req, routeOf(request.method, request.url)))
+        return Parking.hold(request, app)
+      }
+      HttpEffect.appendPreResponseHandlerUnsafe(fiber.context, (req, response) => answeredTotal(request, startedAt, response, req))
       return app
     })
 }

@@ -41,7 +41,11 @@ class Poll implements Parking.Park, Parker {
     this.wake = null
     w?.()
   }
+  /** Whether `abandon` ran: a poll is released once (a second release would undercount its credential's open polls). */
+  private released = false
   abandon(): void {
+    if (this.released) return
+    this.released = true
     this.watch.close()
     if (this.ticket !== null) this.release(this.ticket)
   }

@@ -91,5 +91,14 @@ export const hold = <E, R>(request: object, app: Effect.Effect<HttpServerRespons
   Effect.flatMap(
     Effect.onExit(Effect.updateContext(app, aside), (exit) => (exit._tag === "Success" && exit.value === parked ? Effect.void : Effect.sync(() => drop(request)))),
     // The wait interruptible whatever the route's run left (the client leaving ends it, as it ended the poll's fiber before).
-    (response) => (response === parked ? Effect.andThen(Effect.interruptible(wake(request)), hold(request, app)) : Effect.succeed(response)),
+    // Its cleanup (`drop`) registered before the wait turns interruptible: a client that left
+    // while the route answered `parked` interrupts the wait before `wake` runs (its own cleanup
+    // never registered), and the poll would stay filed, its ticket and watch held for good.
+    (response) =>
+      response === parked
+        ? Effect.andThen(
+            Effect.onExit(Effect.interruptible(wake(request)), (exit) => (exit._tag === "Failure" ? Effect.sync(() => drop(request)) : Effect.void)),
+            hold(request, app),
+          )
+        : Effect.succeed(response),
   )

@@ -199,6 +199,20 @@ describe("/metrics", () => {
     }
   })
 
+  it("counts an assignments long-poll under its route template, answered at once or after waiting (held at the edge), and a URL naming assignments under its own route", async () => {
+    const admin = client(c.url, adminToken)
+    expect((await admin.post("/v1/hosts", { id: "h-labelled" })).status).toBe(201)
+    const route = "/v1/hosts/:id/assignments"
+    const before = await requestsCounted("GET", route, 200)
+    expect((await admin.get("/v1/hosts/h-labelled/assignments")).status).toBe(200)
+    // Waits (nothing changes) until its deadline: parked, then answered by the route run again.
+    expect((await admin.get("/v1/hosts/h-labelled/assignments?waitMs=200")).status).toBe(200)
+    expect(await requestsCounted("GET", route, 200)).toBe(before + 2)
+    const sessions = await requestsCounted("GET", "/v1/sessions/:id", 404)
+    expect((await admin.get("/v1/sessions/assignments")).status).toBe(404)
+    expect(await requestsCounted("GET", "/v1/sessions/:id", 404)).toBe(sessions + 1)
+  })
+
   it("answers the liveness probes at the edge as the API documents them, counted by route; a probe with a query meets the API's strict input", async () => {
     const admin = client(c.url, adminToken)
     const counted = (path: string) => new RegExp(`^engram_http_requests_total\\{method="GET",route="${path.replaceAll("/", "\\/")}",status="200"\\} (\\d+)$`, "m")
