@@ -1,8 +1,10 @@
 import { assert, describe } from "@effect/vitest"
-import { Downtime } from "@engram/core"
+import { Downtime, Limits } from "@engram/core"
 import { SimRuntime } from "@engram/runtime"
 import { Effect, Logger, Ref } from "effect"
+import { TestClock } from "effect/testing"
 import { StateWriteError } from "../src/LocalState.js"
+import { resendGiveUpMs } from "../src/MoveSource.js"
 import { PeerError } from "../src/MoveTarget.js"
 import type { PeerLink } from "../src/PeerLink.js"
 import type { RoundReport } from "../src/Coordinator.js"
@@ -578,6 +580,13 @@ describe("past the intent, a link failure never resumes the source copy (issue 1
       assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "not resumed before the coordinator ended the move")
       assert.deepStrictEqual(yield* b.runtime.list, [])
       assert.deepStrictEqual((yield* a.residents.pendingCommits).map((c) => [c.moveId, c.phases]), [["m1", null]])
+      // The coordinator stays away past any give-up: the move may still be pending (it is), so the
+      // copy is the guest's only memory and stays paused and owed (a give-up here, tried and
+      // withdrawn on 2026-12-07, destroyed it and the abort then sent the session back to nothing).
+      yield* TestClock.adjust(resendGiveUpMs(Limits.defaults.heartbeatStaleWindowMs) + 60_000)
+      yield* fleet.settle(2)
+      assert.deepStrictEqual((yield* a.runtime.list).map((v) => [v.vmId, v.status]), [["s1", "paused"]], "kept past the give-up: the move is not known committed")
+      assert.deepStrictEqual((yield* a.residents.pendingCommits).map((c) => c.moveId), ["m1"])
       yield* fleet.coordinator.silence("a", false)
       yield* settle
       const s = yield* fleet.coordinator.get
