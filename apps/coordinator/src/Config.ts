@@ -431,8 +431,12 @@ const intAtLeast = (variable: string, fallback: number, min: number) => {
   return Config.schema(Env.decimalInt(rule).check(Schema.isGreaterThanOrEqualTo(min, { message: rule })), variable).pipe(Config.withDefault(fallback))
 }
 
-/** A probability in decimal notation, as written: digits with at most one point, no sign, no exponent. */
-const decimalFraction = /^([0-9]{1,15}(\.[0-9]{1,15})?|\.[0-9]{1,15})$/
+/**
+ * A probability in decimal notation, as written: digits with at most one point, no sign, no
+ * exponent; up to 17 digits after the point (a program's number in its shortest form, as
+ * `String(0.9 + 0.09)` gives "0.9900000000000001").
+ */
+const decimalFraction = /^([0-9]{1,15}(\.[0-9]{1,17})?|\.[0-9]{1,17})$/
 
 /**
  * A probability above `above` and below 1, in decimal notation (`0.995`): `Number` alone would

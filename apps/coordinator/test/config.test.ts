@@ -306,6 +306,9 @@ describe("configuration", () => {
     expect(off._tag === "Valid" && parkRule(off.config).options.reserveSlowClassQuantile).toBe(ParkPolicy.defaultOptions.reserveQuantile)
     // A program's setting is judged alike, named by its key.
     expect(Config.parseInput({ reserveSlowClassQuantile: 0.999 })).toMatchObject({ _tag: "Valid", config: { reserveSlowClassQuantile: 0.999 } })
+    // A computed number, 16 digits after the point in its shortest form (0.9949499999999999), is taken as it is.
+    expect(Config.parseInput({ reserveSlowClassQuantile: 0.99 * 1.005 })).toMatchObject({ _tag: "Valid", config: { reserveSlowClassQuantile: 0.99 * 1.005 } })
+    expect(Config.parseInput({ reserveSlowClassQuantile: 1 - 1e-16 })).toMatchObject({ _tag: "Valid", config: { reserveSlowClassQuantile: 1 - 1e-16 } })
     const rule = "must be a decimal number above 0.9 (every class's reserveQuantile: at or below it a slow class gains no place) and below 1"
     const byProgram = Config.parseInput({ reserveSlowClassQuantile: 1 })
     expect(byProgram._tag === "Invalid" && byProgram.issues.map((i) => [i.variable, i.rule])).toEqual([["reserveSlowClassQuantile", rule]])
