@@ -25,7 +25,7 @@
  * pg_stat_statements, and each measured run prints its statements per placement), BENCH_COORDINATOR
  * (`dist`, the default: the coordinator as it ships, `node dist/main.js`, built first with turbo,
  * about a second when nothing changed; `source`: `src/main.ts` under tsx, as `pnpm start` runs it,
- * whose esbuild `keepNames` and source maps cost CPU per request). Every row carries the mode.
+ * whose esbuild `keepNames` and source maps add allocation per request). Every row carries the mode.
  */
 import { coordinatorArgs, coordinatorToRun, report as reportRow } from "@engram/bench"
 import type { Row } from "@engram/bench"

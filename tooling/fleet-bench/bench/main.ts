@@ -22,7 +22,7 @@
  * with FLEET_ALLOC_PROFILE=<file> also every allocation of the idle window, as a `.heapprofile`), FLEET_COORDINATOR_ROOT (the checkout whose coordinator runs, default this one: a baseline run of
  * another branch beside this one; its coordinator is built there first), FLEET_COORDINATOR (`dist`, the default: the coordinator as it
  * ships, `node dist/main.js`, built first with turbo; `source`: `src/main.ts` under tsx, whose esbuild `keepNames` and source maps
- * cost CPU per request; a build that fails falls back to the source, saying so, unless `dist` was asked for), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process), FLEET_COORDINATOR_STDOUT=<file> (its stdout appended there:
+ * add allocation per request; a build that fails falls back to the source, saying so, unless `dist` was asked for), FLEET_COORDINATOR_FLAGS (Node flags of the coordinator process), FLEET_COORDINATOR_STDOUT=<file> (its stdout appended there:
  * what `--trace-gc-nvp` prints).
  */
 import { coordinatorToRun, report as reportRow } from "@engram/bench"
