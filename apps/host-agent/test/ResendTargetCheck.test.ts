@@ -183,7 +183,15 @@ const resendOwed = Effect.gen(function* () {
     assert.deepStrictEqual(yield* vms(runtime), [["s1", "running"]], "the source's paused copy resumed")
     assert.deepStrictEqual(yield* residents.pendingCommits, [])
   })
-  return { faults, late, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, wayBackResumes, markSet, moveId: move.id }
+  /** The pass just run streamed once (`why`), the target runs the guest, the source's copy and debt are gone. */
+  const streamedOnceAndRunOnTarget = (why: string) =>
+    Effect.gen(function* () {
+      assert.strictEqual(streams.count, 1, why)
+      assert.deepStrictEqual(yield* vms(bRuntime), [["s1", "running"]], "the target runs the guest")
+      assert.deepStrictEqual(yield* vms(runtime), [], "the source's copy goes once the target runs the guest")
+      assert.deepStrictEqual(yield* residents.pendingCommits, [])
+    })
+  return { faults, late, streams, pass, a: { runtime, residents }, b: { runtime: bRuntime, residents: bResidents }, vms, cpuMs, ranMs, targetDies, wayBackResumes, streamedOnceAndRunOnTarget, markSet, moveId: move.id }
 })
 
 describe("a stream sent again resumes on the target only once the coordinator says so", () => {
@@ -324,10 +332,7 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       assert.deepStrictEqual((yield* t.a.residents.pendingCommits).map((p) => [p.resend, p.resendTold]), [[true, false]], "the tell owed")
       t.faults.tellFails = false
       yield* t.pass
-      assert.strictEqual(t.streams.count, 1, "streamed once told")
-      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target runs the guest")
-      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
-      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+      yield* t.streamedOnceAndRunOnTarget("streamed once told")
     }),
   )
   effect("the mark is cleared between the source's read of it and its tell (the answer says so: stale): the source takes it as not told, streams nothing on that pass, asks the target first on the next, and is told and streams then", () =>
@@ -341,10 +346,7 @@ describe("a stream sent again resumes on the target only once the coordinator sa
       assert.deepStrictEqual(yield* t.vms(t.a.runtime), [["s1", "paused"]], "the source keeps its copy")
       t.faults.clearAfterRead = false
       yield* t.pass
-      assert.strictEqual(t.streams.count, 1, "the target said again that it runs nothing: told, then streamed")
-      assert.deepStrictEqual(yield* t.vms(t.b.runtime), [["s1", "running"]], "the target runs the guest")
-      assert.deepStrictEqual(yield* t.vms(t.a.runtime), [], "the source's copy goes once the target runs the guest")
-      assert.deepStrictEqual(yield* t.a.residents.pendingCommits, [])
+      yield* t.streamedOnceAndRunOnTarget("the target said again that it runs nothing: told, then streamed")
     }),
   )
   effect("the source's tell of the mark before a stream sent again is given up on by its client but reaches the coordinator after the target cleared the mark and resumed: it sets nothing (it names the clears the source read), so the target's death leaves the session lost, never sent back to the source's older copy", () =>
