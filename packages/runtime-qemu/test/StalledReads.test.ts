@@ -152,13 +152,19 @@ describe("a pid file read that stalls, for a destroy or a recovery", () => {
         assert.isAtLeast(warnings.length, 5, "said again while it waits")
         assert.isAtMost(warnings.length, 11, "at most once a minute")
         // The disk answers: the read under way gets the pid, and so does any read after it (a file now).
+        // The FIFO's writer stays open until the file is in its place: a read that opens the FIFO
+        // in between finds a writer (an open without one would block its pool thread for good).
         const fd = openSync(paths.pidFile, constants.O_WRONLY | constants.O_NONBLOCK)
         writeSync(fd, "4242\n")
-        closeSync(fd)
         writeFileSync(`${paths.pidFile}.new`, "4242\n")
         renameSync(`${paths.pidFile}.new`, paths.pidFile)
-        for (let i = 0; i < 1000 && waiting.pollUnsafe() === undefined; i++) {
-          yield* Effect.promise(() => new Promise((r) => setImmediate(r)))
+        closeSync(fd)
+        // The reads stalled before it wait in libuv's thread pool (each blocked on the FIFO until
+        // the write above); the one that answers may come after many turns of the loop, so the
+        // wait is bounded by real time (a loaded CI machine, c132: 1,000 turns in 455 ms were not
+        // enough), not by a count of turns.
+        for (const deadline = Date.now() + 120_000; waiting.pollUnsafe() === undefined && Date.now() < deadline; ) {
+          yield* Effect.promise(() => new Promise((r) => setTimeout(r, 5)))
           yield* TestClock.adjust(1000)
         }
         assert.deepStrictEqual(waiting.pollUnsafe(), Exit.succeed(4242))
