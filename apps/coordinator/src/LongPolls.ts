@@ -103,9 +103,8 @@ export class LongPolls extends Context.Service<LongPolls, LongPollsShape>()("@en
         })
       // The open long-polls of host tokens, by host: a credential notice checks each one's token
       // (after the notice dropped the credential's copy) and ends the revoked ones with 401.
+      // Its `end` (the ticket's) ends the poll's waits when its credential is revoked: they answer at once, and the poll 401.
       interface Open extends Ticket {
-        /** Ends the poll's waits (its credential revoked): they answer at once, and the poll 401. */
-        readonly end: WaitEndHandle
         /** A credential notice of its host came while it was open (set at once, before the check's store read). */
         touched: boolean
       }

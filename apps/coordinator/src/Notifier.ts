@@ -195,23 +195,32 @@ class Entry implements OpenWatch {
   close(): void {
     this.registry.close(this)
   }
-  park(now: number, timeoutMs: number, parker: Parker): Woken | null {
+  /**
+   * What a wait of `timeoutMs` answers at once, `next`'s and `park`'s alike: the watch ended, what
+   * happened since the last answer (taken), or no time left; null: it waits.
+   */
+  private atOnce(timeoutMs: number): Woken | null {
     if (this.end?.ended === true) return "ended"
     const already = this.pending
     this.pending = null
     if (already !== null) return already
-    if (!(timeoutMs > 0)) return "timeout"
+    return timeoutMs > 0 ? null : "timeout"
+  }
+  /** The wheel's slot of a wait of `t` from `now`: its deadline, or (not `exact`) the slot a little before it. */
+  private slotOf(now: number, t: number, exact: boolean): number {
+    return exact ? now + t : Math.ceil((now + t - earlyMs(t)) / slotMs) * slotMs
+  }
+  park(now: number, timeoutMs: number, parker: Parker): Woken | null {
+    const why = this.atOnce(timeoutMs)
+    if (why !== null) return why
     this.parker = parker
-    this.registry.enslot(this, Math.ceil((now + timeoutMs - earlyMs(timeoutMs)) / slotMs) * slotMs)
+    this.registry.enslot(this, this.slotOf(now, timeoutMs, false))
     return null
   }
   next(timeoutMs: number, options?: { readonly exact?: boolean }): Effect.Effect<Woken> {
     return Effect.suspend(() => {
-      if (this.end?.ended === true) return answers.ended
-      const already = this.pending
-      this.pending = null
-      if (already !== null) return answers[already]
-      if (!(timeoutMs > 0)) return answers.timeout
+      const why = this.atOnce(timeoutMs)
+      if (why !== null) return answers[why]
       this.timeoutMs = timeoutMs
       this.exact = options?.exact === true
       return Effect.flatMap(Clock.currentTimeMillis, this.begin)
@@ -222,7 +231,7 @@ class Entry implements OpenWatch {
     Effect.callback<Woken>((resume) => {
       this.resume = resume
       const t = this.timeoutMs
-      this.registry.enslot(this, this.exact ? now + t : Math.ceil((now + t - earlyMs(t)) / slotMs) * slotMs)
+      this.registry.enslot(this, this.slotOf(now, t, this.exact))
       // Interrupted (the request went away): out of the wheel at once.
       return this.interrupted
     })
